@@ -1,0 +1,37 @@
+# rangealloc — build, test and run targets. `make help` lists them.
+GO        ?= go
+BIN       ?= bin/rangealloc
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+BENCH     ?= .
+
+.PHONY: help build test lint race bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/rangealloc
+	$(GO) build -o $(BIN) ./cmd/rangealloc
+
+lint: ## gofmt check and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+test: lint ## lint, then every test (seed corpora of the fuzz targets included) under the race detector
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+bench: ## run the benchmarks (BENCH=regexp, BENCHTIME=1s)
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean: ## remove build output
+	rm -rf bin
