@@ -1,0 +1,242 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+)
+
+// State is everything a snapshot holds: the plain types the state machine
+// fills before Write and consumes after Read.
+type State struct {
+	Index uint64 // the last applied log index
+	Term  uint64 // the term of that entry
+	// Pools is sorted by Name; names are unique.
+	Pools []Pool
+	// Requests is the request-ID table, oldest first (log order); IDs are
+	// unique.
+	Requests []Request
+	// Members is sorted by ID; IDs are unique.
+	Members []Member
+}
+
+// Pool is a Kubernetes RangeAllocation record plus one record per allocated
+// offset.
+type Pool struct {
+	Name  string // a lowercase DNS label
+	Range string // the canonical range string: "10.96.0.0/12", "fd00::/112", "30000-32767"
+	// Data is the bitmap: the big-endian, minimal-length bytes of the
+	// integer whose bit i is offset i (math/big.Int.Bytes()). Leading zero
+	// bytes are allowed and kept.
+	Data []byte
+	// Allocations has one record per set bit of Data, in ascending offset
+	// order: len(Allocations) always equals the number of set bits.
+	Allocations []Allocation
+}
+
+// Allocation is what is known of one allocated offset besides its bit.
+type Allocation struct {
+	Owner    string // opaque, chosen by the caller
+	Static   bool   // the caller named the value (mode static), or not (dynamic)
+	Revision uint64 // the log index that made the allocation, > 0
+}
+
+// Request is a remembered request: its ID, the log index that applied it,
+// its fingerprint and its encoded result.
+type Request struct {
+	ID          string
+	Index       uint64
+	Fingerprint uint64
+	Result      []byte // opaque to this package
+}
+
+// Member is a row of the member table.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+}
+
+// Format constants; doc.go draws the layout.
+const (
+	magic      = "\x89RAS\r\n\x1a\n"
+	version    = 1
+	headerSize = len(magic) + 4 + 8 + 8
+	tagPools   = 'P'
+	tagReqs    = 'R'
+	tagMembers = 'M'
+	flagStatic = 1 << 0
+	bufSize    = 64 << 10
+)
+
+// Limits on every length Read accepts, in bytes. Read checks a length
+// against its limit before it allocates for it.
+const (
+	maxName     = 63
+	maxRange    = 64
+	maxData     = 1<<17 + 1 // 2^20 bits, plus one leading zero byte
+	maxOwner    = 253
+	maxReqID    = 128
+	maxResult   = 1 << 20
+	maxMemberID = 128
+	maxAddr     = 256
+	// maxPrealloc is the first capacity of a slice whose length was read
+	// off the stream; it grows from there as elements arrive.
+	maxPrealloc = 1024
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// popcount returns the number of set bits in data.
+func popcount(data []byte) int {
+	n := 0
+	for len(data) >= 8 {
+		n += bits.OnesCount64(binary.LittleEndian.Uint64(data))
+		data = data[8:]
+	}
+	for _, b := range data {
+		n += bits.OnesCount8(b)
+	}
+	return n
+}
+
+// checkLen checks that a field of n bytes is within [lo, hi].
+func checkLen(what string, n, lo, hi uint64) error {
+	if n < lo || n > hi {
+		if lo == 0 {
+			return fmt.Errorf("%s is %d bytes, want at most %d", what, n, hi)
+		}
+		return fmt.Errorf("%s is %d bytes, want %d to %d", what, n, lo, hi)
+	}
+	return nil
+}
+
+// checkLabel checks that name is a lowercase DNS label (RFC 1123):
+// [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 bytes.
+func checkLabel(name string) error {
+	if err := checkLen("pool name", uint64(len(name)), 1, maxName); err != nil {
+		return err
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(name)-1) {
+			return fmt.Errorf("pool name %q is not a lowercase DNS label", name)
+		}
+	}
+	return nil
+}
+
+// checkRange checks a range string's length and alphabet; parsing it is
+// the state machine's job.
+func checkRange(r string) error {
+	if err := checkLen("range", uint64(len(r)), 1, maxRange); err != nil {
+		return err
+	}
+	for i := 0; i < len(r); i++ {
+		if r[i] <= ' ' || r[i] > '~' {
+			return fmt.Errorf("range %q has a byte 0x%02x that is not printable ASCII", r, r[i])
+		}
+	}
+	return nil
+}
+
+// checkAllocations checks that k records fit data's set bits.
+func checkAllocations(k uint64, data []byte) error {
+	if set := popcount(data); k != uint64(set) {
+		return fmt.Errorf("%d allocation records for %d set bits", k, set)
+	}
+	return nil
+}
+
+// checkOrder checks that key sorts strictly after prev (i > 0).
+func checkOrder(what string, i int, prev, key string) error {
+	if i > 0 && key <= prev {
+		if key == prev {
+			return fmt.Errorf("%s %q appears twice", what, key)
+		}
+		return fmt.Errorf("%s %q sorts before %q, the one preceding it", what, key, prev)
+	}
+	return nil
+}
+
+// validate checks s against every rule Read checks, so that Write never
+// produces a snapshot Read refuses.
+func validate(s *State) error {
+	if s == nil {
+		return fmt.Errorf("%w: nil state", ErrInvalid)
+	}
+	for i := range s.Pools {
+		if err := validatePool(&s.Pools[i], i, s.Pools); err != nil {
+			return fmt.Errorf("%w: pool %d%s: %w", ErrInvalid, i, where(s.Pools[i].Name, "", -1), err)
+		}
+	}
+	seen := make(map[string]struct{}, len(s.Requests))
+	for i, r := range s.Requests {
+		if err := validateRequest(&r, seen); err != nil {
+			return fmt.Errorf("%w: request %d%s: %w", ErrInvalid, i, where(r.ID, "", -1), err)
+		}
+	}
+	for i, m := range s.Members {
+		if err := validateMember(&m, i, s.Members); err != nil {
+			return fmt.Errorf("%w: member %d%s: %w", ErrInvalid, i, where(m.ID, "", -1), err)
+		}
+	}
+	return nil
+}
+
+func validatePool(p *Pool, i int, pools []Pool) error {
+	if err := checkLabel(p.Name); err != nil {
+		return err
+	}
+	if i > 0 {
+		if err := checkOrder("pool name", i, pools[i-1].Name, p.Name); err != nil {
+			return err
+		}
+	}
+	if err := checkRange(p.Range); err != nil {
+		return err
+	}
+	if err := checkLen("data", uint64(len(p.Data)), 0, maxData); err != nil {
+		return err
+	}
+	if err := checkAllocations(uint64(len(p.Allocations)), p.Data); err != nil {
+		return err
+	}
+	for j, a := range p.Allocations {
+		if err := checkLen("owner", uint64(len(a.Owner)), 0, maxOwner); err != nil {
+			return fmt.Errorf("allocation %d: %w", j, err)
+		}
+		if a.Revision == 0 {
+			return fmt.Errorf("allocation %d: revision 0", j)
+		}
+	}
+	return nil
+}
+
+func validateRequest(r *Request, seen map[string]struct{}) error {
+	if err := checkLen("request ID", uint64(len(r.ID)), 1, maxReqID); err != nil {
+		return err
+	}
+	if _, dup := seen[r.ID]; dup {
+		return fmt.Errorf("request ID %q appears twice", r.ID)
+	}
+	seen[r.ID] = struct{}{}
+	return checkLen("result", uint64(len(r.Result)), 0, maxResult)
+}
+
+func validateMember(m *Member, i int, members []Member) error {
+	if err := checkLen("member ID", uint64(len(m.ID)), 1, maxMemberID); err != nil {
+		return err
+	}
+	if i > 0 {
+		if err := checkOrder("member ID", i, members[i-1].ID, m.ID); err != nil {
+			return err
+		}
+	}
+	if err := checkLen("raft address", uint64(len(m.RaftAddr)), 0, maxAddr); err != nil {
+		return err
+	}
+	return checkLen("API address", uint64(len(m.APIAddr)), 0, maxAddr)
+}
