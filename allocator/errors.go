@@ -62,7 +62,9 @@ var (
 	errPortAllocated = &kindError{ErrAllocated, "provided port is already allocated"}
 )
 
-func allocatedError(k Kind) error {
+// AllocatedError returns ErrAllocated with the Kubernetes text for the kind:
+// "provided IP is already allocated" or "provided port is already allocated".
+func AllocatedError(k Kind) error {
 	if k == KindPort {
 		return errPortAllocated
 	}

@@ -55,7 +55,7 @@ func (p *Pool) Allocate(value string) (int, error) {
 		return 0, err
 	}
 	if !p.b.Allocate(off) {
-		return 0, allocatedError(p.r.Kind())
+		return 0, AllocatedError(p.r.Kind())
 	}
 	return off, nil
 }
@@ -105,3 +105,6 @@ func (p *Pool) Restore(rng string, data []byte) error {
 	}
 	return p.b.SetBytes(data)
 }
+
+// Clone returns an independent copy of the pool.
+func (p *Pool) Clone() *Pool { return &Pool{r: p.r, b: p.b.Clone()} }

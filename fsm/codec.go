@@ -1,0 +1,111 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// errShort is returned by a decoder that ran out of bytes.
+var errShort = errors.New("truncated")
+
+// encoder appends rangealloc's compact binary form: uvarints, fixed 8-byte
+// seeds, and length-prefixed strings.
+type encoder struct{ b []byte }
+
+func (e *encoder) u8(v byte)        { e.b = append(e.b, v) }
+func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) u64(v uint64)     { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) bool(v bool) {
+	if v {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+}
+
+// decoder reads what encoder wrote. The first failure sticks in err and
+// every later read returns zero values, so callers check err once.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (d *decoder) u8() byte {
+	if d.err != nil || len(d.b) < 1 {
+		d.fail("%w: want a byte", errShort)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("%w: bad uvarint", errShort)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.fail("%w: want 8 bytes", errShort)
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+// str reads a string of at most max bytes.
+func (d *decoder) str(max int) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) bool() bool { return d.u8() != 0 }
+
+// count reads a count of items, each at least minSize bytes, bounded by max
+// and by what is left, so a corrupt count cannot make the caller allocate.
+func (d *decoder) count(max, minSize int) int {
+	n := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(max) || n*uint64(minSize) > uint64(len(d.b)) {
+		d.fail("count %d (limit %d, %d bytes left)", n, max, len(d.b))
+		return 0
+	}
+	return int(n)
+}
+
+// done fails unless every byte was read.
+func (d *decoder) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}

@@ -1,0 +1,204 @@
+package fsm
+
+import (
+	"fmt"
+	"hash/fnv"
+)
+
+// EntryType is the first byte of every log entry rangealloc writes. Types
+// are append-only: a number, once used, keeps its meaning forever.
+type EntryType byte
+
+// Entry types.
+const (
+	// EntryBatch is a batch of independent requests packed into one entry by
+	// the leader's group commit; each request succeeds or fails on its own.
+	EntryBatch EntryType = 1
+)
+
+// Kind names what a Request does. Kinds are append-only like EntryType.
+type Kind byte
+
+// Request kinds.
+const (
+	KindTxn          Kind = 1 // allocate/release operations, all or nothing
+	KindCreatePool   Kind = 2
+	KindDeletePool   Kind = 3
+	KindSetMember    Kind = 4
+	KindRemoveMember Kind = 5
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindTxn:
+		return "txn"
+	case KindCreatePool:
+		return "create-pool"
+	case KindDeletePool:
+		return "delete-pool"
+	case KindSetMember:
+		return "set-member"
+	case KindRemoveMember:
+		return "remove-member"
+	}
+	return fmt.Sprintf("Kind(%d)", byte(k))
+}
+
+// OpKind is an operation inside a transaction.
+type OpKind byte
+
+// Operation kinds.
+const (
+	OpAllocate OpKind = 1
+	OpRelease  OpKind = 2
+)
+
+// Limits every request is checked against, by the proposer and again in Apply.
+const (
+	MaxOps        = 4096 // operations in one transaction
+	MaxCount      = 4096 // values in one count allocation
+	MaxOwnerLen   = 253
+	MaxRequestID  = 128
+	MaxPoolName   = 63
+	MaxValueLen   = 64
+	MaxRangeLen   = 64
+	MaxMemberID   = 128
+	MaxAddressLen = 256
+	maxRequests   = 1 << 16 // requests in one batch entry
+	// maxField bounds any string the decoder reads. It only keeps a corrupt
+	// length from allocating; the limits above are checked by Apply, which
+	// answers InvalidArgument, so that a request that slipped past a
+	// proposer's checks fails alone instead of stopping every replica.
+	maxField = 1 << 16
+)
+
+// Op is one allocate or release inside a transaction.
+type Op struct {
+	Kind OpKind
+	Pool string
+	// Value names the value; "" on an allocate asks for dynamic values.
+	Value string
+	// Owner is the owner recorded by an allocate, or the precondition of a
+	// release ("" frees whoever holds the value).
+	Owner string
+	// Count is the number of dynamic values an allocate takes (0 means 1).
+	Count int
+}
+
+// Request is one client write. ID makes retries safe: a request whose ID
+// the state machine remembers returns the remembered Result instead of
+// applying again. Seed is the random start of dynamic allocations, drawn by
+// the proposer so that Apply stays a pure function of state and entry.
+type Request struct {
+	Kind Kind
+	ID   string
+	Seed uint64
+
+	Ops []Op // KindTxn
+
+	Pool  string // KindCreatePool, KindDeletePool
+	Range string // KindCreatePool
+
+	Member Member // KindSetMember; KindRemoveMember uses Member.ID
+}
+
+// Member is a row of the replicated member table.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+}
+
+// EncodeBatch returns the log entry carrying reqs.
+func EncodeBatch(reqs []*Request) []byte {
+	e := encoder{b: make([]byte, 0, 64*len(reqs))}
+	e.u8(byte(EntryBatch))
+	e.uvarint(uint64(len(reqs)))
+	for _, r := range reqs {
+		e.u8(byte(r.Kind))
+		e.str(r.ID)
+		e.u64(r.Seed)
+		encodeBody(&e, r)
+	}
+	return e.b
+}
+
+// encodeBody writes the part of a request that its fingerprint covers:
+// everything but the ID and the seed.
+func encodeBody(e *encoder, r *Request) {
+	switch r.Kind {
+	case KindTxn:
+		e.uvarint(uint64(len(r.Ops)))
+		for _, op := range r.Ops {
+			e.u8(byte(op.Kind))
+			e.str(op.Pool)
+			e.str(op.Value)
+			e.str(op.Owner)
+			e.uvarint(uint64(op.Count))
+		}
+	case KindCreatePool:
+		e.str(r.Pool)
+		e.str(r.Range)
+	case KindDeletePool:
+		e.str(r.Pool)
+	case KindSetMember:
+		e.str(r.Member.ID)
+		e.str(r.Member.RaftAddr)
+		e.str(r.Member.APIAddr)
+	case KindRemoveMember:
+		e.str(r.Member.ID)
+	}
+}
+
+// Fingerprint identifies what a request asks for, without its ID and seed:
+// a retry of the same request has the same fingerprint.
+func (r *Request) Fingerprint() uint64 {
+	e := encoder{}
+	e.u8(byte(r.Kind))
+	encodeBody(&e, r)
+	h := fnv.New64a()
+	h.Write(e.b)
+	return h.Sum64()
+}
+
+// DecodeEntry decodes a log entry. An error means the entry is not one this
+// version of rangealloc understands; the caller must stop rather than skip it.
+func DecodeEntry(data []byte) ([]*Request, error) {
+	d := decoder{b: data}
+	t := EntryType(d.u8())
+	if d.err != nil {
+		return nil, fmt.Errorf("empty log entry")
+	}
+	if t != EntryBatch {
+		return nil, fmt.Errorf("unknown log entry type %d", t)
+	}
+	n := d.count(maxRequests, 10)
+	reqs := make([]*Request, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		r := &Request{Kind: Kind(d.u8()), ID: d.str(maxField), Seed: d.u64()}
+		switch r.Kind {
+		case KindTxn:
+			nops := d.count(MaxOps, 5)
+			r.Ops = make([]Op, nops)
+			for j := range r.Ops {
+				r.Ops[j] = Op{Kind: OpKind(d.u8()), Pool: d.str(maxField), Value: d.str(maxField),
+					Owner: d.str(maxField), Count: int(d.uvarint())}
+			}
+		case KindCreatePool:
+			r.Pool, r.Range = d.str(maxField), d.str(maxField)
+		case KindDeletePool:
+			r.Pool = d.str(maxField)
+		case KindSetMember:
+			r.Member = Member{ID: d.str(maxField), RaftAddr: d.str(maxField), APIAddr: d.str(maxField)}
+		case KindRemoveMember:
+			r.Member.ID = d.str(maxField)
+		default:
+			d.fail("request %d: unknown kind %d", i, r.Kind)
+		}
+		reqs = append(reqs, r)
+	}
+	if err := d.done(); err != nil {
+		return nil, fmt.Errorf("undecodable log entry: %w", err)
+	}
+	return reqs, nil
+}

@@ -1,0 +1,500 @@
+package fsm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// harness feeds requests to an FSM as raft would, one entry per call.
+type harness struct {
+	t     testing.TB
+	f     *FSM
+	index uint64
+}
+
+func newHarness(t testing.TB) *harness { return &harness{t: t, f: New(nil)} }
+
+func (h *harness) apply(reqs ...*Request) []*Result {
+	h.t.Helper()
+	h.index++
+	out := h.f.ApplyBatch([]*raft.Log{{Index: h.index, Type: raft.LogCommand, Data: EncodeBatch(reqs)}})
+	return out[0].(*Response).Results
+}
+
+func (h *harness) one(r *Request) *Result { h.t.Helper(); return h.apply(r)[0] }
+
+func (h *harness) pool(name, rng string) {
+	h.t.Helper()
+	res := h.one(&Request{Kind: KindCreatePool, Pool: name, Range: rng})
+	require.Nil(h.t, res.Err, "create pool %s %s", name, rng)
+}
+
+func alloc(pool, value, owner string) Op {
+	return Op{Kind: OpAllocate, Pool: pool, Value: value, Owner: owner}
+}
+func release(pool, value, owner string) Op {
+	return Op{Kind: OpRelease, Pool: pool, Value: value, Owner: owner}
+}
+func txn(ops ...Op) *Request { return &Request{Kind: KindTxn, Ops: ops, Seed: 1} }
+
+func TestTxnSemantics(t *testing.T) {
+	cases := []struct {
+		name     string
+		setup    []Op // applied first, one transaction each, must succeed
+		ops      []Op
+		wantCode Code
+		wantOp   int
+		owner    string   // Error.Owner
+		values   []string // values of the results, flattened
+	}{
+		{name: "static allocate", ops: []Op{alloc("ports", "30080", "a")}, values: []string{"30080"}},
+		{name: "static allocate taken", setup: []Op{alloc("ports", "30080", "a")}, ops: []Op{alloc("ports", "30080", "b")},
+			wantCode: CodeAlreadyAllocated, owner: "a"},
+		{name: "static allocate out of range", ops: []Op{alloc("ports", "40000", "a")}, wantCode: CodeNotInRange},
+		{name: "static allocate unparseable", ops: []Op{alloc("ports", "x", "a")}, wantCode: CodeInvalidArgument},
+		{name: "unknown pool", ops: []Op{alloc("nope", "", "a")}, wantCode: CodePoolNotFound},
+		{name: "release", setup: []Op{alloc("ports", "30080", "a")}, ops: []Op{release("ports", "30080", "")}, values: []string{"30080"}},
+		{name: "release with owner", setup: []Op{alloc("ports", "30080", "a")}, ops: []Op{release("ports", "30080", "a")}, values: []string{"30080"}},
+		{name: "release owner mismatch", setup: []Op{alloc("ports", "30080", "a")}, ops: []Op{release("ports", "30080", "b")},
+			wantCode: CodeOwnerMismatch, owner: "a"},
+		{name: "release free", ops: []Op{release("ports", "30080", "")}, wantCode: CodeNotAllocated},
+		{name: "release out of range", ops: []Op{release("ports", "1", "")}, wantCode: CodeNotInRange},
+		{name: "release without value", ops: []Op{release("ports", "", "")}, wantCode: CodeInvalidArgument},
+		{name: "owner too long", ops: []Op{alloc("ports", "", string(make([]byte, 254)))}, wantCode: CodeInvalidArgument},
+		{name: "value too long", ops: []Op{alloc("ports", string(make([]byte, 1000)), "")}, wantCode: CodeInvalidArgument},
+		{name: "count on static", ops: []Op{{Kind: OpAllocate, Pool: "ports", Value: "30001", Count: 2}}, wantCode: CodeInvalidArgument},
+		{name: "count too large", ops: []Op{{Kind: OpAllocate, Pool: "ports", Count: MaxCount + 1}}, wantCode: CodeInvalidArgument},
+		{name: "count beyond free", ops: []Op{{Kind: OpAllocate, Pool: "small", Count: 15}}, wantCode: CodeRangeFull},
+		{name: "count fills exactly", ops: []Op{{Kind: OpAllocate, Pool: "small", Count: 14}},
+			values: []string{"10.0.0.1", "10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8", "10.0.0.9"}},
+		{name: "second op fails: first undone", ops: []Op{alloc("ports", "30001", "a"), alloc("ports", "30001", "b")},
+			wantCode: CodeAlreadyAllocated, wantOp: 1, owner: "a"},
+		{name: "release then fail: release undone", setup: []Op{alloc("ports", "30002", "a")},
+			ops: []Op{release("ports", "30002", "a"), alloc("nope", "", "x")}, wantCode: CodePoolNotFound, wantOp: 1},
+		{name: "release then re-allocate in one txn", setup: []Op{alloc("ports", "30002", "a")},
+			ops: []Op{release("ports", "30002", "a"), alloc("ports", "30002", "b")}, values: []string{"30002", "30002"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.pool("ports", "30000-32767")
+			h.pool("small", "10.0.0.0/28")
+			for _, op := range tc.setup {
+				require.Nil(t, h.one(txn(op)).Err)
+			}
+			before := dump(h.f)
+			res := h.one(txn(tc.ops...))
+			if tc.wantCode != "" {
+				require.NotNil(t, res.Err, "want %s", tc.wantCode)
+				assert.Equal(t, tc.wantCode, res.Err.Code, res.Err.Message)
+				assert.Equal(t, tc.wantOp, res.Err.Op)
+				assert.Equal(t, tc.owner, res.Err.Owner)
+				assert.Equal(t, before, dump(h.f), "a failed transaction changed the pools")
+				return
+			}
+			require.Nil(t, res.Err)
+			var got []string
+			for i, op := range res.Ops {
+				for _, a := range op {
+					got = append(got, a.Value)
+					if tc.ops[i].Kind == OpAllocate {
+						assert.Equal(t, h.index, a.Revision, "an allocation's revision is the index of its entry")
+					}
+				}
+			}
+			if len(got) > 3 {
+				sortStrings(got)
+			}
+			assert.Equal(t, tc.values, got)
+		})
+	}
+}
+
+func sortStrings(s []string) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+func TestAllocationRecords(t *testing.T) {
+	h := newHarness(t)
+	h.pool("ip", "10.96.0.0/24")
+	r1 := h.one(txn(alloc("ip", "10.96.0.10", "default/dns")))
+	require.Nil(t, r1.Err)
+	r2 := h.one(txn(alloc("ip", "", "default/web")))
+	require.Nil(t, r2.Err)
+	a, err := h.f.Get("ip", "10.96.0.10")
+	require.NoError(t, err)
+	assert.Equal(t, Allocation{Pool: "ip", Value: "10.96.0.10", Owner: "default/dns", Static: true, InStatic: true, Revision: 2}, a)
+	d := r2.Ops[0][0]
+	assert.False(t, d.Static)
+	assert.False(t, d.InStatic, "dynamic allocations come from the dynamic band first")
+	assert.Equal(t, uint64(3), d.Revision)
+	got, err := h.f.Get("ip", d.Value)
+	require.NoError(t, err)
+	assert.Equal(t, d, got)
+	_, err = h.f.Get("ip", "10.96.0.11")
+	assert.ErrorIs(t, err, &Error{Code: CodeNotAllocated})
+	st, err := h.f.Pool("ip")
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Used)
+	assert.Equal(t, 1, st.UsedStatic)
+}
+
+func TestPools(t *testing.T) {
+	h := newHarness(t)
+	res := h.one(&Request{Kind: KindCreatePool, Pool: "ip", Range: "10.96.0.5/24"})
+	require.Nil(t, res.Err)
+	assert.True(t, res.Created)
+	res = h.one(&Request{Kind: KindCreatePool, Pool: "ip", Range: "10.96.0.0/24"})
+	require.Nil(t, res.Err, "the same pool again is fine")
+	assert.False(t, res.Created)
+	for _, tc := range []struct {
+		req  *Request
+		code Code
+	}{
+		{&Request{Kind: KindCreatePool, Pool: "ip", Range: "10.97.0.0/24"}, CodePoolExists},
+		{&Request{Kind: KindCreatePool, Pool: "Bad_Name", Range: "10.97.0.0/24"}, CodeInvalidArgument},
+		{&Request{Kind: KindCreatePool, Pool: "x", Range: "10.0.0.0/8"}, CodeInvalidArgument},
+		{&Request{Kind: KindCreatePool, Pool: "x", Range: "zzz"}, CodeInvalidArgument},
+		{&Request{Kind: KindDeletePool, Pool: "nope"}, CodePoolNotFound},
+	} {
+		res := h.one(tc.req)
+		require.NotNil(t, res.Err, "%+v", tc.req)
+		assert.Equal(t, tc.code, res.Err.Code, res.Err.Message)
+	}
+	require.Nil(t, h.one(txn(alloc("ip", "", "o"))).Err)
+	res = h.one(&Request{Kind: KindDeletePool, Pool: "ip"})
+	require.NotNil(t, res.Err)
+	assert.Equal(t, CodePoolNotEmpty, res.Err.Code)
+	v := h.f.Pools()
+	require.Len(t, v, 1)
+	rel, _, err := h.f.List("ip", "", "", 10)
+	require.NoError(t, err)
+	require.Nil(t, h.one(txn(release("ip", rel[0].Value, ""))).Err)
+	require.Nil(t, h.one(&Request{Kind: KindDeletePool, Pool: "ip"}).Err)
+	assert.Empty(t, h.f.Pools())
+}
+
+func TestList(t *testing.T) {
+	h := newHarness(t)
+	h.pool("p", "30000-30099")
+	for i := 0; i < 10; i++ {
+		owner := "even"
+		if i%2 == 1 {
+			owner = "odd"
+		}
+		require.Nil(t, h.one(txn(alloc("p", fmt.Sprint(30000+i*3), owner))).Err)
+	}
+	page, next, err := h.f.List("p", "", "", 4)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"30000", "30003", "30006", "30009"}, values(page))
+	assert.Equal(t, "30009", next)
+	page, next, err = h.f.List("p", "", next, 4)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"30012", "30015", "30018", "30021"}, values(page))
+	page, next, err = h.f.List("p", "", next, 4)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"30024", "30027"}, values(page))
+	assert.Equal(t, "", next, "no next page")
+	page, next, err = h.f.List("p", "odd", "", 100)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"30003", "30009", "30015", "30021", "30027"}, values(page))
+	assert.Equal(t, "", next)
+	page, next, err = h.f.List("p", "", "30027", 1)
+	require.NoError(t, err)
+	assert.Empty(t, page)
+	assert.Equal(t, "", next)
+	_, _, err = h.f.List("p", "", "zz", 1)
+	assert.ErrorIs(t, err, &Error{Code: CodeInvalidArgument})
+	_, _, err = h.f.List("nope", "", "", 1)
+	assert.ErrorIs(t, err, &Error{Code: CodePoolNotFound})
+}
+
+func values(as []Allocation) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.Value
+	}
+	return out
+}
+
+func TestIdempotentRequests(t *testing.T) {
+	h := newHarness(t)
+	h.pool("p", "30000-32767")
+	first := h.one(&Request{Kind: KindTxn, ID: "k1", Seed: 11, Ops: []Op{alloc("p", "", "o")}})
+	require.Nil(t, first.Err)
+	// A retry carries a new seed (the proposer draws one each time) but the same body.
+	again := h.one(&Request{Kind: KindTxn, ID: "k1", Seed: 99, Ops: []Op{alloc("p", "", "o")}})
+	assert.Same(t, first, again, "a retry returns the first answer")
+	st, _ := h.f.Pool("p")
+	assert.Equal(t, 1, st.Used, "and allocates nothing more")
+	other := h.one(&Request{Kind: KindTxn, ID: "k1", Ops: []Op{alloc("p", "", "someone-else")}})
+	require.NotNil(t, other.Err)
+	assert.Equal(t, CodeIdempotencyKeyReused, other.Err.Code)
+	// Failures are remembered too.
+	f1 := h.one(&Request{Kind: KindTxn, ID: "k2", Ops: []Op{alloc("p", "1", "o")}})
+	require.NotNil(t, f1.Err)
+	f2 := h.one(&Request{Kind: KindTxn, ID: "k2", Ops: []Op{alloc("p", "1", "o")}})
+	assert.Same(t, f1, f2)
+}
+
+func TestRequestTableEviction(t *testing.T) {
+	h := newHarness(t)
+	h.pool("p", "10.96.0.0/12")
+	reqs := make([]*Request, 0, 1000)
+	n := RequestTableSize + 10
+	for i := 0; i < n; i++ {
+		reqs = append(reqs, &Request{Kind: KindTxn, ID: fmt.Sprintf("id-%d", i), Seed: uint64(i), Ops: []Op{alloc("p", "", "o")}})
+		if len(reqs) == cap(reqs) || i == n-1 {
+			h.apply(reqs...)
+			reqs = reqs[:0]
+		}
+	}
+	assert.Equal(t, RequestTableSize, h.f.s.requests.len())
+	for i := 0; i < 10; i++ {
+		_, ok := h.f.RequestResult(fmt.Sprintf("id-%d", i))
+		assert.False(t, ok, "id-%d is among the oldest and was evicted", i)
+	}
+	for _, i := range []int{10, 50_000, n - 1} {
+		_, ok := h.f.RequestResult(fmt.Sprintf("id-%d", i))
+		assert.True(t, ok, "id-%d is remembered", i)
+	}
+}
+
+func TestUndecodableEntryStopsTheNode(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"unknown type": {9, 0},
+		"unknown kind": {byte(EntryBatch), 1, 77, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"truncated":    EncodeBatch([]*Request{txn(alloc("p", "", "o"))})[:8],
+		"empty":        {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := New(nil)
+			assert.Panics(t, func() { f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}) })
+			assert.Equal(t, uint64(0), f.AppliedIndex(), "nothing applied")
+		})
+	}
+}
+
+func TestNonCommandEntriesAreSkipped(t *testing.T) {
+	f := New(nil)
+	out := f.ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogConfiguration, Data: []byte("not ours")},
+		{Index: 2, Type: raft.LogCommand, Data: EncodeBatch([]*Request{{Kind: KindCreatePool, Pool: "p", Range: "1-10"}})}})
+	assert.Nil(t, out[0])
+	assert.Nil(t, out[1].(*Response).Results[0].Err)
+	assert.Equal(t, uint64(2), f.AppliedIndex())
+}
+
+func TestEntryRoundTrip(t *testing.T) {
+	reqs := []*Request{
+		{Kind: KindTxn, ID: "a", Seed: 1<<63 + 5, Ops: []Op{alloc("p", "10.0.0.1", "o"), release("q", "30001", ""), {Kind: OpAllocate, Pool: "p", Count: 4096}}},
+		{Kind: KindCreatePool, ID: "b", Pool: "p", Range: "10.0.0.0/24"},
+		{Kind: KindDeletePool, Pool: "p"},
+		{Kind: KindSetMember, Member: Member{ID: "n1", RaftAddr: "127.0.0.1:7081", APIAddr: "127.0.0.1:7080"}},
+		{Kind: KindRemoveMember, Member: Member{ID: "n1"}},
+	}
+	got, err := DecodeEntry(EncodeBatch(reqs))
+	require.NoError(t, err)
+	assert.Equal(t, reqs, got)
+}
+
+func TestResultRoundTrip(t *testing.T) {
+	for _, r := range []*Result{
+		{Index: 7},
+		{Index: 8, Created: true},
+		{Index: 9, Err: &Error{Code: CodeAlreadyAllocated, Message: "provided IP is already allocated", Op: 3, Owner: "x"}},
+		{Index: 10, Ops: [][]Allocation{{{Pool: "p", Value: "1", Owner: "o", Static: true, InStatic: true, Revision: 10}}, {}}},
+	} {
+		got, err := DecodeResult(EncodeResult(r))
+		require.NoError(t, err)
+		assert.Equal(t, r, got)
+	}
+}
+
+// TestDeterminism: replicas fed the same entries end in the same state.
+func TestDeterminism(t *testing.T) {
+	a, b := newHarness(t), newHarness(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	entries := randomEntries(rng, 300)
+	for _, e := range entries {
+		a.apply(e...)
+		b.apply(e...)
+	}
+	require.Equal(t, dump(a.f), dump(b.f))
+	require.Equal(t, a.f.s.requests.len(), b.f.s.requests.len())
+}
+
+// dump returns every pool's range, bitmap bytes and allocations.
+func dump(f *FSM) map[string]any {
+	out := map[string]any{}
+	for _, p := range f.Pools() {
+		rng, data, err := f.RangeAllocation(p.Name)
+		if err != nil {
+			panic(err)
+		}
+		allocs, _, err := f.List(p.Name, "", "", 1<<21)
+		if err != nil {
+			panic(err)
+		}
+		out[p.Name] = []any{rng, data, allocs}
+	}
+	return out
+}
+
+// TestModel checks every result of a random workload against a naive model
+// (pool -> value -> owner): no value held twice, failures exactly when the
+// model says so, and the state equal to the model after every entry.
+func TestModel(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			h := newHarness(t)
+			model := map[string]map[string]string{"ip": {}, "port": {}}
+			sizes := map[string]int{"ip": 30, "port": 41}
+			seen := map[string]*Result{}
+			fps := map[string]uint64{}
+			for _, e := range randomEntries(rand.New(rand.NewPCG(seed, 7)), 400) {
+				results := h.apply(e...)
+				for i, req := range e {
+					res := results[i]
+					if req.Kind != KindTxn {
+						continue
+					}
+					if prev, ok := seen[req.ID]; ok {
+						if fps[req.ID] == req.Fingerprint() {
+							require.Same(t, prev, res, "request %s retried returns its first answer", req.ID)
+						} else {
+							require.NotNil(t, res.Err)
+							require.Equal(t, CodeIdempotencyKeyReused, res.Err.Code, "request %s reused for another body", req.ID)
+						}
+						continue
+					}
+					seen[req.ID], fps[req.ID] = res, req.Fingerprint()
+					checkTxnAgainstModel(t, model, sizes, req, res)
+				}
+				for name, held := range model {
+					got, _, err := h.f.List(name, "", "", 10000)
+					require.NoError(t, err)
+					gotMap := map[string]string{}
+					for _, a := range got {
+						gotMap[a.Value] = a.Owner
+					}
+					require.Equal(t, held, gotMap, "pool %s after entry %d", name, h.index)
+				}
+			}
+		})
+	}
+}
+
+// checkTxnAgainstModel replays a transaction on a copy of the model and
+// checks the FSM's verdict; on success the copy becomes the model.
+func checkTxnAgainstModel(t *testing.T, model map[string]map[string]string, sizes map[string]int, req *Request, res *Result) {
+	t.Helper()
+	work := map[string]map[string]string{}
+	for p, m := range model {
+		work[p] = map[string]string{}
+		for v, o := range m {
+			work[p][v] = o
+		}
+	}
+	for i, op := range req.Ops {
+		m := work[op.Pool]
+		failed := func(code Code) bool {
+			return res.Err != nil && res.Err.Op == i && res.Err.Code == code
+		}
+		switch {
+		case op.Kind == OpRelease:
+			owner, held := m[op.Value]
+			switch {
+			case failed(CodeNotInRange) || failed(CodeInvalidArgument):
+				return
+			case !held:
+				require.True(t, failed(CodeNotAllocated), "release of free %s: %+v", op.Value, res.Err)
+				return
+			case op.Owner != "" && owner != op.Owner:
+				require.True(t, failed(CodeOwnerMismatch), "release of %s held by %s, precondition %s: %+v", op.Value, owner, op.Owner, res.Err)
+				return
+			}
+			delete(m, op.Value)
+		case op.Value != "":
+			if failed(CodeNotInRange) || failed(CodeInvalidArgument) {
+				return
+			}
+			if _, held := m[op.Value]; held {
+				require.True(t, failed(CodeAlreadyAllocated), "allocate of held %s: %+v", op.Value, res.Err)
+				return
+			}
+			m[op.Value] = op.Owner
+		default:
+			n := max(op.Count, 1)
+			if sizes[op.Pool]-len(m) < n {
+				require.True(t, failed(CodeRangeFull), "count %d with %d free: %+v", n, sizes[op.Pool]-len(m), res.Err)
+				return
+			}
+			if res.Err != nil {
+				// A later op failed and this one was rolled back: its values
+				// are unknown, so the rest of the transaction cannot be judged.
+				require.Greater(t, res.Err.Op, i, "dynamic allocate with room failed: %+v", res.Err)
+				return
+			}
+			for _, a := range res.Ops[i] {
+				_, held := m[a.Value]
+				require.False(t, held, "dynamic allocate handed out held value %s", a.Value)
+				m[a.Value] = op.Owner
+			}
+		}
+	}
+	require.Nil(t, res.Err, "the model expects success")
+	for p, m := range work {
+		model[p] = m
+	}
+}
+
+// randomEntries builds a workload over two small pools.
+func randomEntries(rng *rand.Rand, n int) [][]*Request {
+	var out [][]*Request
+	out = append(out, []*Request{{Kind: KindCreatePool, Pool: "ip", Range: "10.0.0.0/27"}, {Kind: KindCreatePool, Pool: "port", Range: "30000-30040"}})
+	pools := []struct{ name, base string }{{"ip", "10.0.0."}, {"port", "300"}}
+	for i := 0; i < n; i++ {
+		var reqs []*Request
+		for j := 0; j < 1+rng.IntN(4); j++ {
+			var ops []Op
+			for k := 0; k < 1+rng.IntN(3); k++ {
+				p := pools[rng.IntN(2)]
+				v := ""
+				if rng.IntN(2) == 0 {
+					if p.name == "ip" {
+						v = fmt.Sprintf("10.0.0.%d", 1+rng.IntN(32))
+					} else {
+						v = fmt.Sprintf("%d", 30000+rng.IntN(45))
+					}
+				}
+				owner := fmt.Sprintf("o%d", rng.IntN(3))
+				switch rng.IntN(3) {
+				case 0, 1:
+					ops = append(ops, Op{Kind: OpAllocate, Pool: p.name, Value: v, Owner: owner, Count: rng.IntN(2)})
+				default:
+					if v == "" {
+						v = "30001"
+					}
+					if rng.IntN(2) == 0 {
+						owner = ""
+					}
+					ops = append(ops, Op{Kind: OpRelease, Pool: p.name, Value: v, Owner: owner})
+				}
+			}
+			reqs = append(reqs, &Request{Kind: KindTxn, ID: fmt.Sprintf("r%d", rng.IntN(n)), Seed: rng.Uint64(), Ops: ops})
+		}
+		out = append(out, reqs)
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+package fsm
+
+import (
+	"errors"
+	"regexp"
+
+	"github.com/rangealloc/rangealloc/allocator"
+)
+
+// record is what the state machine knows of one allocated offset besides its
+// bit: the owner, the mode and the log index that made it.
+type record struct {
+	owner string
+	rev   uint64 // the top bit holds the mode: set for static
+}
+
+const staticBit = 1 << 63
+
+func (r record) static() bool     { return r.rev&staticBit != 0 }
+func (r record) revision() uint64 { return r.rev &^ staticBit }
+
+// pageBits sets the page size of the metadata: pages are allocated on first
+// use, so a mostly empty /12 pool costs a few pages, not 24 MiB.
+const pageBits = 10
+
+// records maps offsets to records in lazily allocated pages.
+type records [][]record
+
+func (m records) get(off int) record {
+	if p := off >> pageBits; p < len(m) && m[p] != nil {
+		return m[p][off&(1<<pageBits-1)]
+	}
+	return record{}
+}
+
+func (m *records) set(off int, r record) {
+	p := off >> pageBits
+	for len(*m) <= p {
+		*m = append(*m, nil)
+	}
+	if (*m)[p] == nil {
+		(*m)[p] = make([]record, 1<<pageBits)
+	}
+	(*m)[p][off&(1<<pageBits-1)] = r
+}
+
+func (m records) clone() records {
+	c := make(records, len(m))
+	for i, p := range m {
+		if p != nil {
+			c[i] = append([]record(nil), p...)
+		}
+	}
+	return c
+}
+
+// pool is a named allocator.Pool with the records of its allocations. The
+// records of free offsets are zero.
+type pool struct {
+	name string
+	p    *allocator.Pool
+	recs records
+}
+
+func (p *pool) allocation(off int) Allocation {
+	r := p.recs.get(off)
+	return Allocation{Pool: p.name, Value: p.p.Range().Value(off), Owner: r.owner, Static: r.static(),
+		InStatic: off < p.p.Range().StaticSize(), Revision: r.revision()}
+}
+
+func (p *pool) take(off int, owner string, static bool, index uint64) {
+	rev := index
+	if static {
+		rev |= staticBit
+	}
+	p.recs.set(off, record{owner: owner, rev: rev})
+}
+
+// offset translates a value, mapping allocator errors to result codes.
+func (p *pool) offset(value string) (int, *Error) {
+	off, err := p.p.Range().Offset(value)
+	switch {
+	case err == nil:
+		return off, nil
+	case errors.Is(err, allocator.ErrNotInRange):
+		return 0, &Error{Code: CodeNotInRange, Message: err.Error(), Op: -1}
+	default:
+		return 0, &Error{Code: CodeInvalidArgument, Message: err.Error(), Op: -1}
+	}
+}
+
+// PoolStatus describes a pool and its use.
+type PoolStatus struct {
+	Name        string
+	Range       allocator.Range
+	Used        int
+	UsedStatic  int
+	UsedDynamic int
+}
+
+func (p *pool) status() PoolStatus {
+	b := p.p.Bitmap()
+	return PoolStatus{Name: p.name, Range: p.p.Range(), Used: b.Used(), UsedStatic: b.UsedStatic(), UsedDynamic: b.UsedDynamic()}
+}
+
+var poolNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidatePoolName checks a pool name: a lowercase DNS label of at most 63 bytes.
+func ValidatePoolName(name string) error {
+	if len(name) > MaxPoolName || !poolNameRE.MatchString(name) {
+		return errorf(CodeInvalidArgument, "invalid pool name %q: want a lowercase DNS label ([a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters)", name)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package fsm
+
+// RequestTableSize is how many requests the state machine remembers, the
+// oldest evicted first in log order. It is part of the replicated state's
+// definition: every replica must use the same number.
+const RequestTableSize = 100_000
+
+type requestEntry struct {
+	id     string
+	fp     uint64
+	result *Result
+}
+
+// requestTable remembers the Result of the most recent requests by ID.
+// Results are immutable once stored, so copies share them.
+type requestTable struct {
+	byID  map[string]*requestEntry
+	queue []*requestEntry // log order; queue[head:] are live
+	head  int
+}
+
+func newRequestTable() *requestTable {
+	return &requestTable{byID: make(map[string]*requestEntry)}
+}
+
+func (t *requestTable) get(id string) *requestEntry { return t.byID[id] }
+
+func (t *requestTable) len() int { return len(t.queue) - t.head }
+
+// put stores a result, evicting the oldest entry beyond RequestTableSize.
+func (t *requestTable) put(e *requestEntry) {
+	t.byID[e.id] = e
+	t.queue = append(t.queue, e)
+	for t.len() > RequestTableSize {
+		old := t.queue[t.head]
+		t.queue[t.head] = nil
+		t.head++
+		if t.byID[old.id] == old {
+			delete(t.byID, old.id)
+		}
+	}
+	if t.head > 1024 && t.head > len(t.queue)/2 {
+		t.queue = append([]*requestEntry(nil), t.queue[t.head:]...)
+		t.head = 0
+	}
+}
+
+// entries returns the live entries, oldest first.
+func (t *requestTable) entries() []*requestEntry { return t.queue[t.head:] }
+
+func (t *requestTable) clone() *requestTable {
+	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), queue: append([]*requestEntry(nil), t.entries()...)}
+	for _, e := range c.queue {
+		c.byID[e.id] = e
+	}
+	return c
+}

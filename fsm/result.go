@@ -1,0 +1,127 @@
+package fsm
+
+import "fmt"
+
+// Code names a domain failure; the HTTP layer maps each to a status (SPEC §5.6).
+type Code string
+
+// Failure codes a Result can carry.
+const (
+	CodeInvalidArgument      Code = "InvalidArgument"
+	CodePoolNotFound         Code = "PoolNotFound"
+	CodePoolExists           Code = "PoolExists"
+	CodePoolNotEmpty         Code = "PoolNotEmpty"
+	CodeNotAllocated         Code = "NotAllocated"
+	CodeAlreadyAllocated     Code = "AlreadyAllocated"
+	CodeRangeFull            Code = "RangeFull"
+	CodeNotInRange           Code = "NotInRange"
+	CodeOwnerMismatch        Code = "OwnerMismatch"
+	CodeIdempotencyKeyReused Code = "IdempotencyKeyReused"
+	CodeMemberNotFound       Code = "MemberNotFound"
+)
+
+// Error is a domain failure decided by the state machine: a definite
+// answer, the same on every replica. Op is the index of the failing
+// operation of a transaction (-1 when not about one operation); Owner is the
+// current holder for AlreadyAllocated and OwnerMismatch.
+type Error struct {
+	Code    Code
+	Message string
+	Op      int
+	Owner   string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Is matches an *Error with the same Code, so callers can write
+// errors.Is(err, &fsm.Error{Code: fsm.CodeRangeFull}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Op: -1}
+}
+
+// Allocation is a value held in a pool.
+type Allocation struct {
+	Pool     string
+	Value    string
+	Owner    string
+	Static   bool   // mode: the caller named the value
+	InStatic bool   // band: the value lies in the static band
+	Revision uint64 // the log index that made the allocation
+}
+
+// Result is the answer to one Request, remembered under its ID.
+type Result struct {
+	Err *Error // nil on success
+	// Ops holds, for a transaction, one entry per operation: the values
+	// allocated, or the allocation a release freed.
+	Ops [][]Allocation
+	// Created is true when a create-pool request made a new pool (false
+	// when an identical pool existed).
+	Created bool
+	// Index is the log index of the entry that carried the request.
+	Index uint64
+}
+
+func encodeResult(e *encoder, r *Result) {
+	e.uvarint(r.Index)
+	e.bool(r.Created)
+	if r.Err != nil {
+		e.u8(1)
+		e.str(string(r.Err.Code))
+		e.str(r.Err.Message)
+		e.uvarint(uint64(r.Err.Op + 1))
+		e.str(r.Err.Owner)
+	} else {
+		e.u8(0)
+	}
+	e.uvarint(uint64(len(r.Ops)))
+	for _, op := range r.Ops {
+		e.uvarint(uint64(len(op)))
+		for _, a := range op {
+			e.str(a.Pool)
+			e.str(a.Value)
+			e.str(a.Owner)
+			e.bool(a.Static)
+			e.bool(a.InStatic)
+			e.uvarint(a.Revision)
+		}
+	}
+}
+
+// EncodeResult returns the binary form of r, as stored in snapshots.
+func EncodeResult(r *Result) []byte {
+	e := encoder{}
+	encodeResult(&e, r)
+	return e.b
+}
+
+// DecodeResult reverses EncodeResult.
+func DecodeResult(b []byte) (*Result, error) {
+	d := decoder{b: b}
+	r := &Result{Index: d.uvarint(), Created: d.bool()}
+	if d.u8() == 1 {
+		r.Err = &Error{Code: Code(d.str(maxField)), Message: d.str(maxField), Op: int(d.uvarint()) - 1, Owner: d.str(maxField)}
+	}
+	nops := d.count(MaxOps, 1)
+	r.Ops = make([][]Allocation, nops)
+	for i := range r.Ops {
+		n := d.count(MaxCount, 6)
+		r.Ops[i] = make([]Allocation, n)
+		for j := range r.Ops[i] {
+			r.Ops[i][j] = Allocation{Pool: d.str(maxField), Value: d.str(maxField), Owner: d.str(maxField),
+				Static: d.bool(), InStatic: d.bool(), Revision: d.uvarint()}
+		}
+	}
+	if err := d.done(); err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	if nops == 0 {
+		r.Ops = nil
+	}
+	return r, nil
+}

@@ -1,0 +1,153 @@
+package fsm
+
+import (
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/snapshot"
+)
+
+var _ raft.FSMSnapshot = (*state)(nil)
+
+// clone returns a copy that shares nothing mutable with s. Results in the
+// request table are immutable and shared.
+func (s *state) clone() *state {
+	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
+		members: make(map[string]Member, len(s.members)), index: s.index}
+	for name, p := range s.pools {
+		c.pools[name] = &pool{name: p.name, p: p.p.Clone(), recs: p.recs.clone()}
+	}
+	for id, m := range s.members {
+		c.members[id] = m
+	}
+	return c
+}
+
+// Persist writes the captured state in the format of package snapshot.
+func (s *state) Persist(sink raft.SnapshotSink) error {
+	if err := snapshot.Write(sink, s.export()); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release is a no-op: the captured copy is garbage once unreferenced.
+func (s *state) Release() {}
+
+// export converts the state to the snapshot package's plain types.
+func (s *state) export() *snapshot.State {
+	out := &snapshot.State{Index: s.index}
+	names := make([]string, 0, len(s.pools))
+	for name := range s.pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := s.pools[name]
+		rng, data := p.p.Snapshot()
+		sp := snapshot.Pool{Name: name, Range: rng, Data: data,
+			Allocations: make([]snapshot.Allocation, 0, p.p.Bitmap().Used())}
+		p.p.Bitmap().ForEach(func(off int) bool {
+			r := p.recs.get(off)
+			sp.Allocations = append(sp.Allocations, snapshot.Allocation{Owner: r.owner, Static: r.static(), Revision: r.revision()})
+			return true
+		})
+		out.Pools = append(out.Pools, sp)
+	}
+	for _, e := range s.requests.entries() {
+		out.Requests = append(out.Requests, snapshot.Request{ID: e.id, Index: e.result.Index, Fingerprint: e.fp,
+			Result: EncodeResult(e.result)})
+	}
+	for _, m := range s.members {
+		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
+	}
+	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
+	return out
+}
+
+// readState decodes and validates a snapshot into a new state.
+func readState(r io.Reader) (*state, error) {
+	ss, err := snapshot.Read(r)
+	if err != nil {
+		return nil, err
+	}
+	return importState(ss)
+}
+
+// importState builds a state from a decoded snapshot, checking what the
+// codec cannot: that ranges parse, that bitmaps fit their ranges, and that
+// remembered results decode.
+func importState(ss *snapshot.State) (*state, error) {
+	s := newState()
+	s.index = ss.Index
+	for _, sp := range ss.Pools {
+		if err := ValidatePoolName(sp.Name); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		rng, err := allocator.ParseRange(sp.Range)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+		}
+		ap := allocator.NewPool(rng)
+		if err := ap.Restore(sp.Range, sp.Data); err != nil {
+			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+		}
+		if ap.Bitmap().Used() != len(sp.Allocations) {
+			return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Bitmap().Used())
+		}
+		p := &pool{name: sp.Name, p: ap}
+		i := 0
+		var bad error
+		ap.Bitmap().ForEach(func(off int) bool {
+			a := sp.Allocations[i]
+			i++
+			if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {
+				bad = fmt.Errorf("snapshot: pool %q: bad allocation record at offset %d", sp.Name, off)
+				return false
+			}
+			p.take(off, a.Owner, a.Static, a.Revision)
+			return true
+		})
+		if bad != nil {
+			return nil, bad
+		}
+		s.pools[sp.Name] = p
+	}
+	for _, sr := range ss.Requests {
+		res, err := DecodeResult(sr.Result)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: request %q: %w", sr.ID, err)
+		}
+		if s.requests.get(sr.ID) != nil {
+			return nil, fmt.Errorf("snapshot: request %q appears twice", sr.ID)
+		}
+		s.requests.put(&requestEntry{id: sr.ID, fp: sr.Fingerprint, result: res})
+	}
+	for _, m := range ss.Members {
+		s.members[m.ID] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr}
+	}
+	return s, nil
+}
+
+// WriteBackup writes the current state in the snapshot format: what
+// Snapshot and Persist produce, for backups taken over the API.
+func (f *FSM) WriteBackup(w io.Writer) error {
+	f.mu.RLock()
+	s := f.s.clone()
+	f.mu.RUnlock()
+	return snapshot.Write(w, s.export())
+}
+
+// ValidateBackup decodes and checks a backup without applying it, and
+// returns the log index it was taken at.
+func ValidateBackup(r io.Reader) (index uint64, err error) {
+	s, err := readState(r)
+	if err != nil {
+		return 0, err
+	}
+	return s.index, nil
+}

@@ -1,0 +1,227 @@
+package fsm
+
+import (
+	"github.com/rangealloc/rangealloc/allocator"
+)
+
+// state is the replicated state. Every change goes through apply, a pure
+// function of (state, index, request): no clock, no random source, and no
+// map iteration.
+type state struct {
+	pools    map[string]*pool
+	requests *requestTable
+	members  map[string]Member
+	index    uint64 // the last applied log index
+}
+
+func newState() *state {
+	return &state{pools: make(map[string]*pool), requests: newRequestTable(), members: make(map[string]Member)}
+}
+
+// apply applies one request carried by the entry at index and returns its result.
+func (s *state) apply(index uint64, r *Request) *Result {
+	if len(r.ID) > MaxRequestID {
+		return &Result{Index: index, Err: errorf(CodeInvalidArgument, "request ID is %d bytes long; at most %d", len(r.ID), MaxRequestID)}
+	}
+	var fp uint64
+	if r.ID != "" {
+		fp = r.Fingerprint()
+		if prev := s.requests.get(r.ID); prev != nil {
+			if prev.fp == fp {
+				return prev.result
+			}
+			return &Result{Index: index, Err: errorf(CodeIdempotencyKeyReused,
+				"request ID %q was used before for a different request", r.ID)}
+		}
+	}
+	res := s.execute(index, r)
+	res.Index = index
+	if r.ID != "" {
+		s.requests.put(&requestEntry{id: r.ID, fp: fp, result: res})
+	}
+	return res
+}
+
+func (s *state) execute(index uint64, r *Request) *Result {
+	switch r.Kind {
+	case KindTxn:
+		return s.txn(index, r)
+	case KindCreatePool:
+		return s.createPool(r.Pool, r.Range)
+	case KindDeletePool:
+		return s.deletePool(r.Pool)
+	case KindSetMember:
+		if err := ValidateMember(r.Member); err != nil {
+			return &Result{Err: err}
+		}
+		s.members[r.Member.ID] = r.Member
+		return &Result{}
+	case KindRemoveMember:
+		if _, ok := s.members[r.Member.ID]; !ok {
+			return &Result{Err: errorf(CodeMemberNotFound, "member %q not found", r.Member.ID)}
+		}
+		delete(s.members, r.Member.ID)
+		return &Result{}
+	}
+	return &Result{Err: errorf(CodeInvalidArgument, "unknown request kind %d", r.Kind)}
+}
+
+func (s *state) createPool(name, rng string) *Result {
+	if err := ValidatePoolName(name); err != nil {
+		return &Result{Err: err.(*Error)}
+	}
+	r, err := allocator.ParseRange(rng)
+	if err != nil {
+		return &Result{Err: errorf(CodeInvalidArgument, "%v", err)}
+	}
+	if p, ok := s.pools[name]; ok {
+		if p.p.Range().String() == r.String() {
+			return &Result{}
+		}
+		return &Result{Err: errorf(CodePoolExists, "pool %q exists with range %s", name, p.p.Range())}
+	}
+	s.pools[name] = &pool{name: name, p: allocator.NewPool(r)}
+	return &Result{Created: true}
+}
+
+func (s *state) deletePool(name string) *Result {
+	p, ok := s.pools[name]
+	if !ok {
+		return &Result{Err: errorf(CodePoolNotFound, "pool %q not found", name)}
+	}
+	if used := p.p.Bitmap().Used(); used > 0 {
+		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q holds %d allocations", name, used)}
+	}
+	delete(s.pools, name)
+	return &Result{}
+}
+
+// undo reverts one applied operation step.
+type undo struct {
+	p   *pool
+	off int
+	rec record // for a release: the record to put back
+	rel bool   // true: the step was a release
+}
+
+// txn applies the operations in order; at the first failure it reverts the
+// steps already taken, so the transaction leaves no trace.
+func (s *state) txn(index uint64, r *Request) *Result {
+	if len(r.Ops) == 0 || len(r.Ops) > MaxOps {
+		return &Result{Err: errorf(CodeInvalidArgument, "a transaction takes 1 to %d operations, got %d", MaxOps, len(r.Ops))}
+	}
+	var undos []undo
+	out := make([][]Allocation, len(r.Ops))
+	rnd := r.Seed
+	for i, op := range r.Ops {
+		allocs, err := s.op(index, &op, &rnd, &undos)
+		if err != nil {
+			for j := len(undos) - 1; j >= 0; j-- {
+				u := undos[j]
+				if u.rel {
+					u.p.p.Bitmap().Allocate(u.off)
+					u.p.recs.set(u.off, u.rec)
+				} else {
+					u.p.p.Bitmap().Release(u.off)
+					u.p.recs.set(u.off, record{})
+				}
+			}
+			err.Op = i
+			return &Result{Err: err}
+		}
+		out[i] = allocs
+	}
+	return &Result{Ops: out}
+}
+
+func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocation, *Error) {
+	if err := checkOp(op); err != nil {
+		return nil, err
+	}
+	p, ok := s.pools[op.Pool]
+	if !ok {
+		return nil, errorf(CodePoolNotFound, "pool %q not found", op.Pool)
+	}
+	if op.Kind == OpRelease {
+		off, err := p.offset(op.Value)
+		if err != nil {
+			return nil, err
+		}
+		if !p.p.Bitmap().Has(off) {
+			return nil, errorf(CodeNotAllocated, "%s is not allocated in pool %q", op.Value, op.Pool)
+		}
+		rec := p.recs.get(off)
+		if op.Owner != "" && rec.owner != op.Owner {
+			return nil, &Error{Code: CodeOwnerMismatch, Op: -1, Owner: rec.owner,
+				Message: "value " + op.Value + " is held by another owner"}
+		}
+		freed := p.allocation(off)
+		p.p.Bitmap().Release(off)
+		p.recs.set(off, record{})
+		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
+		return []Allocation{freed}, nil
+	}
+	if op.Value != "" {
+		off, err := p.offset(op.Value)
+		if err != nil {
+			return nil, err
+		}
+		if !p.p.Bitmap().Allocate(off) {
+			return nil, &Error{Code: CodeAlreadyAllocated, Message: allocator.AllocatedError(p.p.Range().Kind()).Error(),
+				Op: -1, Owner: p.recs.get(off).owner}
+		}
+		p.take(off, op.Owner, true, index)
+		*undos = append(*undos, undo{p: p, off: off})
+		return []Allocation{p.allocation(off)}, nil
+	}
+	n := max(op.Count, 1)
+	if p.p.Bitmap().Free() < n {
+		return nil, errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
+	}
+	out := make([]Allocation, 0, n)
+	for i := 0; i < n; i++ {
+		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
+		p.take(off, op.Owner, false, index)
+		*undos = append(*undos, undo{p: p, off: off})
+		out = append(out, p.allocation(off))
+	}
+	return out, nil
+}
+
+// ValidateMember checks a member-table row.
+func ValidateMember(m Member) *Error {
+	switch {
+	case m.ID == "" || len(m.ID) > MaxMemberID:
+		return errorf(CodeInvalidArgument, "member ID must be 1 to %d bytes, got %d", MaxMemberID, len(m.ID))
+	case len(m.RaftAddr) > MaxAddressLen || len(m.APIAddr) > MaxAddressLen:
+		return errorf(CodeInvalidArgument, "member addresses are at most %d bytes", MaxAddressLen)
+	}
+	return nil
+}
+
+// checkOp validates an operation's fields, independent of state.
+func checkOp(op *Op) *Error {
+	switch {
+	case op.Kind != OpAllocate && op.Kind != OpRelease:
+		return errorf(CodeInvalidArgument, "unknown operation kind %d", op.Kind)
+	case len(op.Owner) > MaxOwnerLen:
+		return errorf(CodeInvalidArgument, "owner is %d bytes long; at most %d", len(op.Owner), MaxOwnerLen)
+	case op.Kind == OpRelease && op.Value == "":
+		return errorf(CodeInvalidArgument, "a release names a value")
+	case op.Count < 0 || op.Count > MaxCount:
+		return errorf(CodeInvalidArgument, "count %d: want 1 to %d", op.Count, MaxCount)
+	case op.Count > 1 && (op.Value != "" || op.Kind != OpAllocate):
+		return errorf(CodeInvalidArgument, "count is for dynamic allocations only")
+	}
+	return nil
+}
+
+// splitmix64 advances x and returns the next number of the sequence: the
+// deterministic source of random starts, seeded from the log entry.
+func splitmix64(x *uint64) uint64 {
+	*x += 0x9e3779b97f4a7c15
+	z := *x
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
