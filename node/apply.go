@@ -1,0 +1,173 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// proposal is one request waiting for the leader's group commit.
+type proposal struct {
+	req  *fsm.Request
+	done chan outcome // buffered 1
+}
+
+// outcome is what became of a proposal: a result, or an error that is
+// definite (nothing was applied) or not (it may have been).
+type outcome struct {
+	res      *fsm.Result
+	err      error
+	definite bool
+}
+
+// inflight is one log entry handed to Raft, with the proposals it carries.
+type inflight struct {
+	future raft.ApplyFuture
+	batch  []*proposal
+	start  time.Time
+}
+
+// submit applies a write on the leader, forwarding it when this node is a
+// follower, and retries until ctx ends. Every attempt carries the same
+// request ID, so a retry after an unknown outcome returns the first answer
+// instead of applying twice. A new seed is drawn per attempt; the seed is
+// not part of the request's fingerprint.
+func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error) {
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	var last error
+	unknown := false
+	for {
+		req.Seed = rand.Uint64() // proposer-side randomness; Apply only reads it from the entry
+		var o outcome
+		if n.IsLeader() {
+			o = n.propose(ctx, req)
+		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			o = n.forwardSubmit(ctx, string(addr), req)
+		} else {
+			o = outcome{err: ErrNoLeader, definite: true}
+		}
+		if o.err == nil {
+			return o.res, nil
+		}
+		if !o.definite {
+			unknown = true
+		}
+		last = o.err
+		if errors.Is(o.err, ErrClosed) {
+			break
+		}
+		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
+			break
+		}
+	}
+	if unknown {
+		return nil, &UnknownOutcomeError{RequestID: req.ID, Err: last}
+	}
+	if errors.Is(last, ErrClosed) {
+		return nil, ErrClosed
+	}
+	return nil, fmt.Errorf("%w: %v", ErrNoLeader, last)
+}
+
+// propose hands a request to this leader's group commit and waits for it.
+func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
+	p := &proposal{req: req, done: make(chan outcome, 1)}
+	select {
+	case n.proposals <- p:
+	case <-ctx.Done():
+		return outcome{err: ctx.Err(), definite: true}
+	case <-n.shutdown:
+		return outcome{err: ErrClosed, definite: true}
+	}
+	select {
+	case o := <-p.done:
+		return o
+	case <-ctx.Done():
+		return outcome{err: ctx.Err()}
+	case <-n.shutdown:
+		return outcome{err: ErrClosed}
+	}
+}
+
+// batchLoop is the leader's group commit: it packs the proposals waiting at
+// the moment into one log entry, up to MaxBatch, and hands it to Raft
+// without waiting for the previous entry to commit.
+func (n *Node) batchLoop() {
+	for {
+		var p *proposal
+		select {
+		case <-n.shutdown:
+			return
+		case p = <-n.proposals:
+		}
+		batch := []*proposal{p}
+	fill:
+		for len(batch) < n.cfg.MaxBatch {
+			select {
+			case p := <-n.proposals:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		reqs := make([]*fsm.Request, len(batch))
+		for i, p := range batch {
+			reqs[i] = p.req
+		}
+		start := time.Now()
+		f := n.raft.Apply(fsm.EncodeBatch(reqs), 0)
+		select {
+		case n.inflight <- &inflight{future: f, batch: batch, start: start}:
+		case <-n.shutdown:
+			for _, p := range batch {
+				p.done <- outcome{err: ErrClosed}
+			}
+			return
+		}
+	}
+}
+
+// resolveLoop waits for the entries handed to Raft, in order, and answers
+// their proposals.
+func (n *Node) resolveLoop() {
+	for {
+		var in *inflight
+		select {
+		case <-n.shutdown:
+			return
+		case in = <-n.inflight:
+		}
+		err := in.future.Error()
+		if err != nil {
+			// ErrNotLeader and ErrEnqueueTimeout come before the entry is in
+			// the log: nothing was applied. Any other failure (leadership
+			// lost, shutdown) leaves the outcome unknown.
+			definite := errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrEnqueueTimeout)
+			for _, p := range in.batch {
+				p.done <- outcome{err: err, definite: definite}
+			}
+			continue
+		}
+		resp, ok := in.future.Response().(*fsm.Response)
+		if !ok || len(resp.Results) != len(in.batch) {
+			for _, p := range in.batch {
+				p.done <- outcome{err: fmt.Errorf("state machine answered %T", in.future.Response())}
+			}
+			continue
+		}
+		for i, p := range in.batch {
+			p.done <- outcome{res: resp.Results[i]}
+		}
+		if n.cfg.OnCommit != nil {
+			n.cfg.OnCommit(len(in.batch), time.Since(in.start))
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// Peer is a voter of a fixed bootstrap set.
+type Peer struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+}
+
+// PoolSpec is a pool created when a node bootstraps a new cluster.
+type PoolSpec struct {
+	Name  string
+	Range string
+}
+
+// Config configures a node. Open validates it with Validate.
+type Config struct {
+	// ID is the node's Raft server ID. Empty: read from DataDir/node-id, or
+	// generated once (a UUID) and kept there.
+	ID string
+	// DataDir holds the Raft log (raft.db), the snapshots and node-id.
+	DataDir string
+	// RaftAddr is the TCP address to listen on for Raft and for the
+	// internal forwarding RPC (one port for both).
+	RaftAddr string
+	// AdvertiseRaft is the address other nodes dial; empty means RaftAddr,
+	// which must then not be an unspecified address such as 0.0.0.0.
+	AdvertiseRaft string
+	// APIAddr is this node's HTTP API address as clients reach it, kept in
+	// the member table so that others can name the leader's API. Optional.
+	APIAddr string
+	// Peers bootstraps a fixed voter set (this node included) when the node
+	// has no state. Give every node the same list; repeating it is safe.
+	Peers []Peer
+	// Join lists Raft addresses of existing members to ask, in turn, to add
+	// this node as a voter, when the node has no state.
+	Join []string
+	// Pools are created when this node bootstraps a new cluster (no state,
+	// and no Join): the first leader creates them.
+	Pools []PoolSpec
+	// Logger receives the node's and Raft's logs. Nil: discard.
+	Logger hclog.Logger
+
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune Raft
+	// (see raft.Config); CommitTimeout too.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold is how many new log entries trigger a snapshot, and
+	// TrailingLogs how many entries stay in the log after one.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	// MaxBatch bounds how many requests the leader packs into one entry.
+	MaxBatch int
+	// RetryInterval is how long a call waits between attempts while there
+	// is no leader or the leader is unreachable.
+	RetryInterval time.Duration
+
+	// OnApply, when set, is called after each state-machine batch with the
+	// number of log entries and the requests' results (for metrics).
+	OnApply func(entries int, results []*fsm.Result)
+	// OnCommit, when set, is called on the leader for each entry it
+	// proposed, with the requests it carried and the time from proposal to
+	// applied result (for metrics).
+	OnCommit func(requests int, d time.Duration)
+
+	// WrapTransport, when set, wraps the Raft transport: tests inject
+	// faults with it (see transport.Wrap).
+	WrapTransport func(raft.Transport) raft.Transport
+	// DialRPC, when set, replaces the dialer of the forwarding RPC: tests
+	// cut forwarded calls with it.
+	DialRPC func(addr string, timeout time.Duration) (net.Conn, error)
+}
+
+// DefaultConfig returns a Config with the defaults for everything but the
+// addresses and the data directory.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+		SnapshotThreshold:  8192,
+		SnapshotInterval:   30 * time.Second,
+		TrailingLogs:       10240,
+		MaxBatch:           1024,
+		RetryInterval:      20 * time.Millisecond,
+	}
+}
+
+// Validate checks the configuration without changing it.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("DataDir is empty"))
+	}
+	if c.RaftAddr == "" {
+		errs = append(errs, errors.New("RaftAddr is empty"))
+	}
+	if len(c.Peers) > 0 && len(c.Join) > 0 {
+		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Peers {
+		switch {
+		case p.ID == "" || p.RaftAddr == "":
+			errs = append(errs, fmt.Errorf("peer %+v: ID and RaftAddr are required", p))
+		case seen[p.ID]:
+			errs = append(errs, fmt.Errorf("peer ID %q appears twice", p.ID))
+		}
+		seen[p.ID] = true
+	}
+	for _, p := range c.Pools {
+		if err := fsm.ValidatePoolName(p.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 || c.LeaderLeaseTimeout <= 0 || c.CommitTimeout <= 0 {
+		errs = append(errs, errors.New("Raft timeouts must be positive (start from DefaultConfig)"))
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		errs = append(errs, errors.New("LeaderLeaseTimeout must not exceed HeartbeatTimeout"))
+	}
+	if c.MaxBatch < 1 || c.RetryInterval <= 0 || c.SnapshotThreshold == 0 {
+		errs = append(errs, errors.New("MaxBatch, RetryInterval and SnapshotThreshold must be positive (start from DefaultConfig)"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors of the node. Domain failures (RangeFull, AlreadyAllocated, …) are
+// *fsm.Error values; match them with errors.Is(err, &fsm.Error{Code: …}).
+var (
+	// ErrNoLeader means no leader was known or reachable before the call's
+	// deadline. Definite: nothing was applied; retrying is safe.
+	ErrNoLeader = errors.New("no leader")
+	// ErrNotLeader means this node cannot serve the call itself and was
+	// asked not to forward it. Definite.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrUnknownOutcome means the request was handed to Raft (or to the
+	// leader) and its outcome is unknown: it may or may not have been
+	// applied. Retry with the same request ID to learn it; see
+	// UnknownOutcomeError.
+	ErrUnknownOutcome = errors.New("outcome unknown")
+	// ErrClosed means the node was closed.
+	ErrClosed = errors.New("node closed")
+	// ErrInvalidBackup means a backup given to Restore does not decode or
+	// does not validate. Nothing was changed.
+	ErrInvalidBackup = errors.New("invalid backup")
+)
+
+// UnknownOutcomeError is returned when a write's outcome is unknown when the
+// call's context ends. A retry with the same RequestID returns the request's
+// result if it was applied, and applies it otherwise.
+type UnknownOutcomeError struct {
+	RequestID string
+	Err       error // the last failure seen
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("outcome unknown (retry with request ID %q): %v", e.RequestID, e.Err)
+}
+
+// Is makes errors.Is(err, ErrUnknownOutcome) hold.
+func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknownOutcome }
+
+// Unwrap returns the last failure seen.
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }

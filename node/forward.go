@@ -1,0 +1,328 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"sync"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/rangealloc/rangealloc/transport"
+)
+
+// Calls made on a follower travel to the leader over an internal RPC on
+// the leader's Raft port (the 'F' protocol of transport.Mux), not over the
+// HTTP API: an embedded node needs no HTTP server, the leader's Raft
+// address is always known from Raft itself (the member table may lag), and
+// one port per node is one firewall rule. The RPC is net/rpc with gob,
+// which multiplexes concurrent calls over one connection per leader.
+
+// dialTimeout bounds connecting to the leader.
+const dialTimeout = 2 * time.Second
+
+// forwarder keeps one RPC client per leader address.
+type forwarder struct {
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+
+	mu sync.Mutex
+	// mu guards the following
+	clients map[string]*rpc.Client
+	closed  bool
+}
+
+func newForwarder(dial func(string, time.Duration) (net.Conn, error)) *forwarder {
+	if dial == nil {
+		dial = transport.DialRPC
+	}
+	return &forwarder{dial: dial, clients: make(map[string]*rpc.Client)}
+}
+
+func (f *forwarder) client(addr string) (*rpc.Client, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if c, ok := f.clients[addr]; ok {
+		return c, nil
+	}
+	conn, err := f.dial(addr, dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c := rpc.NewClient(conn)
+	f.clients[addr] = c
+	return c, nil
+}
+
+func (f *forwarder) drop(addr string, c *rpc.Client) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clients[addr] == c {
+		delete(f.clients, addr)
+		c.Close()
+	}
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for addr, c := range f.clients {
+		c.Close()
+		delete(f.clients, addr)
+	}
+}
+
+// call runs an RPC on the node at addr. sent reports whether the request
+// may have reached it: a failure before that is definite.
+func (f *forwarder) call(ctx context.Context, addr, method string, args, reply any) (sent bool, err error) {
+	c, err := f.client(addr)
+	if err != nil {
+		return false, err
+	}
+	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
+	select {
+	case <-call.Done:
+		if call.Error != nil {
+			var se rpc.ServerError
+			if !errors.As(call.Error, &se) {
+				f.drop(addr, c) // the connection broke
+			}
+			return true, call.Error
+		}
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+type (
+	wireErr      = wire.Error
+	submitReply  = wire.SubmitReply
+	readRPCReply = wire.ReadRPCReply
+	callReply    = wire.CallReply
+)
+
+func toWireErr(err error) *wireErr {
+	if err == nil {
+		return nil
+	}
+	var fe *fsm.Error
+	var ue *UnknownOutcomeError
+	switch {
+	case errors.As(err, &fe):
+		return &wireErr{Domain: fe}
+	case errors.As(err, &ue):
+		return &wireErr{Unknown: true, Msg: err.Error()}
+	case errors.Is(err, ErrInvalidBackup):
+		return &wireErr{Invalid: true, Msg: err.Error()}
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader):
+		return &wireErr{NotLeader: true, Msg: err.Error()}
+	}
+	return &wireErr{Unknown: true, Msg: err.Error()}
+}
+
+// fromWireErr restores the class of an error carried by the RPC.
+func fromWireErr(w *wireErr) error {
+	switch {
+	case w == nil:
+		return nil
+	case w.Domain != nil:
+		return w.Domain
+	case w.NotLeader:
+		return fmt.Errorf("%w: %s", ErrNotLeader, w.Msg)
+	case w.Invalid:
+		return fmt.Errorf("%w: %s", ErrInvalidBackup, w.Msg)
+	}
+	return fmt.Errorf("%w: leader: %s", ErrUnknownOutcome, w.Msg)
+}
+
+// forwardSubmit proposes a request through the leader at addr.
+func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
+	var reply submitReply
+	sent, err := n.fwd.call(ctx, addr, "Submit", req, &reply)
+	if err != nil {
+		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
+	}
+	if reply.Err != nil {
+		return outcome{err: fromWireErr(reply.Err), definite: reply.Err.NotLeader}
+	}
+	return outcome{res: reply.Result}
+}
+
+// forwardRead runs a read on the leader at addr.
+func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*readReply, error) {
+	var reply readRPCReply
+	if _, err := n.fwd.call(ctx, addr, "Read", args, &reply); err != nil {
+		return nil, fmt.Errorf("forward to leader %s: %w", addr, err)
+	}
+	if reply.Err != nil {
+		return nil, fromWireErr(reply.Err)
+	}
+	return reply.Reply, nil
+}
+
+// forwardCall runs a cluster or restore call on the leader at addr.
+func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) error {
+	var reply callReply
+	if _, err := n.fwd.call(ctx, addr, method, args, &reply); err != nil {
+		return fmt.Errorf("forward to leader %s: %w", addr, err)
+	}
+	return fromWireErr(reply.Err)
+}
+
+// serveRPC answers forwarded calls until the node closes.
+func (n *Node) serveRPC(srv *rpc.Server) {
+	l := n.mux.RPC()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			select {
+			case <-n.shutdown:
+			default:
+				n.logger.Error("forwarding RPC listener stopped", "error", err)
+			}
+			return
+		}
+		n.goFunc(func() {
+			go func() { // close the connection when the node closes
+				<-n.shutdown
+				conn.Close()
+			}()
+			srv.ServeConn(conn)
+		})
+	}
+}
+
+// rpcService is what the leader serves to followers. A receiver that is no
+// longer the leader answers NotLeader and never forwards again, so calls
+// cannot loop.
+type rpcService struct{ n *Node }
+
+// rpcTimeout bounds a forwarded call on the leader.
+const rpcTimeout = 10 * time.Second
+
+func (s *rpcService) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), rpcTimeout)
+}
+
+func (s *rpcService) leaderOnly() *wireErr {
+	if !s.n.IsLeader() {
+		return &wireErr{NotLeader: true, Msg: "not the leader"}
+	}
+	return nil
+}
+
+// Submit proposes a forwarded request.
+func (s *rpcService) Submit(req *fsm.Request, reply *submitReply) error {
+	if reply.Err = s.leaderOnly(); reply.Err != nil {
+		return nil
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	o := s.n.propose(ctx, req)
+	switch {
+	case o.err == nil:
+		reply.Result = o.res
+	case o.definite:
+		reply.Err = &wireErr{NotLeader: true, Msg: o.err.Error()}
+	default:
+		reply.Err = &wireErr{Unknown: true, Msg: o.err.Error()}
+	}
+	return nil
+}
+
+// Read serves a forwarded read.
+func (s *rpcService) Read(args *readArgs, reply *readRPCReply) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	r, err := s.n.readOnLeader(ctx, args)
+	reply.Reply, reply.Err = r, toWireErr(err)
+	if err != nil && !errors.Is(err, ErrClosed) {
+		reply.Err = &wireErr{NotLeader: true, Msg: err.Error()} // reads are safe to retry
+	}
+	return nil
+}
+
+func (s *rpcService) run(reply *callReply, fn func(ctx context.Context) error) error {
+	if reply.Err = s.leaderOnly(); reply.Err != nil {
+		return nil
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	reply.Err = toWireErr(fn(ctx))
+	return nil
+}
+
+// AddMember adds a forwarded member.
+func (s *rpcService) AddMember(m fsm.Member, reply *callReply) error {
+	return s.run(reply, func(ctx context.Context) error { return s.n.addMemberOnLeader(ctx, m) })
+}
+
+// RemoveMember removes a forwarded member.
+func (s *rpcService) RemoveMember(id string, reply *callReply) error {
+	return s.run(reply, func(ctx context.Context) error { return s.n.removeMemberOnLeader(ctx, id) })
+}
+
+// Transfer transfers leadership on a follower's behalf.
+func (s *rpcService) Transfer(id string, reply *callReply) error {
+	return s.run(reply, func(ctx context.Context) error { return s.n.TransferLeadership(ctx, id) })
+}
+
+// Join adds a member on behalf of a node that is joining through this
+// one: the leader adds it directly, a follower carries it one hop to the
+// leader's AddMember (which never forwards).
+func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if s.n.IsLeader() {
+		reply.Err = toWireErr(s.n.addMemberOnLeader(ctx, m))
+	} else if addr, _ := s.n.raft.LeaderWithID(); addr != "" {
+		reply.Err = toWireErr(s.n.forwardCall(ctx, string(addr), "AddMember", m))
+	} else {
+		reply.Err = &wireErr{NotLeader: true, Msg: "no leader known"}
+	}
+	return nil
+}
+
+// Restore restores a forwarded backup.
+func (s *rpcService) Restore(data []byte, reply *callReply) error {
+	return s.run(reply, func(context.Context) error {
+		index, err := fsm.ValidateBackup(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+		}
+		return s.n.restoreOnLeader(data, index)
+	})
+}
+
+// joinLoop asks the configured members, in turn, to add this node, until
+// one accepts or the node closes.
+func (n *Node) joinLoop() {
+	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}
+	for attempt := 0; ; attempt++ {
+		for _, addr := range n.cfg.Join {
+			cctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+			err := n.forwardCall(cctx, addr, "Join", me)
+			cancel()
+			if err == nil {
+				n.logger.Info("joined the cluster", "via", addr)
+				return
+			}
+			if attempt%50 == 0 {
+				n.logger.Warn("join attempt failed; retrying", "via", addr, "error", err)
+			}
+		}
+		select {
+		case <-n.shutdown:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

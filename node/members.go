@@ -1,0 +1,207 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// Member is a cluster member as the cluster status shows it.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+	Voter    bool
+	Leader   bool
+}
+
+// ClusterStatus is this node's view of the cluster.
+type ClusterStatus struct {
+	ID           string // this node's ID
+	LeaderID     string
+	LeaderAPI    string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Members      []Member
+}
+
+// Cluster returns this node's view of the cluster: the Raft configuration
+// joined with the member table's API addresses.
+func (n *Node) Cluster() (ClusterStatus, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return ClusterStatus{}, err
+	}
+	_, leaderID := n.raft.LeaderWithID()
+	term, _ := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	st := ClusterStatus{ID: n.id, LeaderID: string(leaderID), Term: term,
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex()}
+	for _, s := range f.Configuration().Servers {
+		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leaderID}
+		if row, ok := n.fsm.Member(m.ID); ok {
+			m.APIAddr = row.APIAddr
+		}
+		if m.Leader {
+			st.LeaderAPI = m.APIAddr
+		}
+		st.Members = append(st.Members, m)
+	}
+	return st, nil
+}
+
+// Ready reports whether this node can serve: a leader is known and this
+// node has applied what it last saw committed. reason says why not.
+func (n *Node) Ready() (ok bool, reason string) {
+	if addr, _ := n.raft.LeaderWithID(); addr == "" {
+		return false, "no leader known"
+	}
+	if applied, commit := n.fsm.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
+		return false, fmt.Sprintf("applied index %d behind commit index %d", applied, commit)
+	}
+	return true, ""
+}
+
+// AddMember adds a voter, or does nothing when the same member is there
+// already, and records its addresses in the member table.
+func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
+	if err := fsm.ValidateMember(m); err != nil {
+		return err
+	}
+	if m.RaftAddr == "" {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
+	}
+	return n.onLeader(ctx, "AddMember", m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
+}
+
+func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	present := false
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == m.ID && string(s.Address) == m.RaftAddr && s.Suffrage == raft.Voter {
+			present = true
+		}
+	}
+	if !present {
+		if err := n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
+			return fmt.Errorf("add voter %s: %w", m.ID, err)
+		}
+		n.logger.Info("added voter", "id", m.ID, "raft", m.RaftAddr)
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetMember, Member: m})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return nil
+}
+
+// RemoveMember removes a member from the Raft configuration and the member table.
+func (n *Node) RemoveMember(ctx context.Context, id string) error {
+	return n.onLeader(ctx, "RemoveMember", id, nil, func() error { return n.removeMemberOnLeader(ctx, id) })
+}
+
+func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	inConfig := false
+	for _, s := range f.Configuration().Servers {
+		inConfig = inConfig || string(s.ID) == id
+	}
+	_, inTable := n.fsm.Member(id)
+	if !inConfig && !inTable {
+		return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
+	}
+	// The row goes first, while this node surely leads: removing the
+	// leader itself from Raft makes it step down, and the row would then
+	// wait for an election. A retry finishes whichever half is left.
+	if inTable {
+		res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindRemoveMember, Member: fsm.Member{ID: id}})
+		if err != nil {
+			return err
+		}
+		if res.Err != nil && res.Err.Code != fsm.CodeMemberNotFound {
+			return res.Err
+		}
+	}
+	if inConfig {
+		if err := n.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+			return fmt.Errorf("remove server %s: %w", id, err)
+		}
+		n.logger.Info("removed member", "id", id)
+	}
+	return nil
+}
+
+// TransferLeadership hands leadership to the member id, or to the most
+// up-to-date follower when id is "".
+func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	return n.onLeader(ctx, "Transfer", id, nil, func() error {
+		if id == "" {
+			return n.raft.LeadershipTransfer().Error()
+		}
+		f := n.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return err
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return n.raft.LeadershipTransferToServer(s.ID, s.Address).Error()
+			}
+		}
+		return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
+	})
+}
+
+// onLeader runs fn when this node leads, or calls the leader's RPC method
+// with args; it retries while there is no leader, until ctx ends. These
+// calls are idempotent, so a retry after an unknown outcome is safe.
+func (n *Node) onLeader(ctx context.Context, method string, args, reply any, fn func() error) error {
+	var last error
+	for {
+		var err error
+		if n.IsLeader() {
+			err = fn()
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				err = fmt.Errorf("%w: %v", ErrNotLeader, err)
+			}
+		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			err = n.forwardCall(ctx, string(addr), method, args)
+		} else {
+			err = ErrNoLeader
+		}
+		var fe *fsm.Error
+		if err == nil || errors.As(err, &fe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidBackup) {
+			return err
+		}
+		last = err
+		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
+			return fmt.Errorf("%s: %w: %v", method, ErrNoLeader, last)
+		}
+	}
+}
+
+// Stats returns Raft's statistics (see raft.Raft.Stats) plus the state
+// machine's applied index and the log store's bounds.
+func (n *Node) Stats() map[string]string {
+	s := n.raft.Stats()
+	s["fsm_applied_index"] = strconv.FormatUint(n.fsm.AppliedIndex(), 10)
+	if first, err := n.store.FirstIndex(); err == nil {
+		s["log_first_index"] = strconv.FormatUint(first, 10)
+	}
+	return s
+}
+
+// Snapshot takes a Raft snapshot now and compacts the log.
+func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }

@@ -1,0 +1,427 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/transport"
+	"go.etcd.io/bbolt"
+)
+
+// Node is one rangealloc server: a Raft member with its state machine, the
+// leader's group commit, and the forwarding of calls made on a follower.
+type Node struct {
+	cfg    Config
+	id     string
+	addr   string // advertised Raft address
+	logger hclog.Logger
+
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	mux   *transport.Mux
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+	fwd   *forwarder
+
+	proposals chan *proposal
+	inflight  chan *inflight
+	notify    chan bool
+
+	// ready is true while this node is the leader and has applied an entry
+	// of its current term, so its state holds everything committed before
+	// it took over: only then does it serve linearizable reads.
+	ready     atomic.Bool
+	leaderGen atomic.Uint64
+	// bootstrapped is true when this process created the cluster's initial
+	// configuration, so its first leadership creates cfg.Pools.
+	bootstrapped bool
+
+	shutdown  chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts a node: it opens or creates the data directory, starts Raft
+// on the configured address, and bootstraps or joins a cluster when the
+// node has no state. It returns once the node runs; use WaitForLeader to
+// wait until it can serve.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node config: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	id, err := nodeID(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := fsm.New(logger.Named("fsm"))
+	if cfg.OnApply != nil {
+		f.OnApply(cfg.OnApply)
+	}
+	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
+		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, 64),
+		notify: make(chan bool, 64), shutdown: make(chan struct{})}
+	if err := n.start(); err != nil {
+		close(n.shutdown)
+		if n.raft != nil {
+			_ = n.raft.Shutdown().Error()
+		}
+		n.closeResources()
+		n.wg.Wait()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start() error {
+	cfg := n.cfg
+	n.addr = cfg.AdvertiseRaft
+	if n.addr == "" {
+		n.addr = cfg.RaftAddr
+	}
+	adv, err := net.ResolveTCPAddr("tcp", n.addr)
+	if err != nil {
+		return fmt.Errorf("advertise address %q: %w", n.addr, err)
+	}
+	if n.mux, err = transport.Listen(cfg.RaftAddr, adv, n.logger); err != nil {
+		return fmt.Errorf("raft address: %w", err)
+	}
+	n.addr = n.mux.Raft().Addr().String()
+	n.trans = transport.NewTCPTransport(n.mux.Raft(), n.logger.Named("transport"))
+	var trans raft.Transport = n.trans
+	if cfg.WrapTransport != nil {
+		trans = cfg.WrapTransport(trans)
+	}
+	n.store, err = raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true,
+			FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		return fmt.Errorf("open raft.db (is another node using %s?): %w", cfg.DataDir, err)
+	}
+	logs, err := raft.NewLogCache(1024, n.store)
+	if err != nil {
+		return err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	hasState, err := raft.HasExistingState(logs, n.store, snaps)
+	if err != nil {
+		return fmt.Errorf("read raft state: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.id)
+	rc.Logger = n.logger.Named("raft")
+	rc.HeartbeatTimeout, rc.ElectionTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout, rc.CommitTimeout = cfg.LeaderLeaseTimeout, cfg.CommitTimeout
+	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.NotifyCh = n.notify
+	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans); err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	if !hasState {
+		if err := n.bootstrap(); err != nil {
+			return err
+		}
+	}
+	n.fwd = newForwarder(cfg.DialRPC)
+	srv := rpc.NewServer()
+	if err := srv.RegisterName("Node", &rpcService{n: n}); err != nil {
+		return err
+	}
+	n.goFunc(func() { n.serveRPC(srv) })
+	n.goFunc(n.batchLoop)
+	n.goFunc(n.resolveLoop)
+	n.goFunc(n.leaderLoop)
+	if !hasState && len(cfg.Join) > 0 {
+		n.goFunc(n.joinLoop)
+	}
+	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", hasState)
+	return nil
+}
+
+// bootstrap writes the initial configuration of a new cluster: the fixed
+// voter set, or this node alone when it neither has peers nor joins.
+func (n *Node) bootstrap() error {
+	var servers []raft.Server
+	switch {
+	case len(n.cfg.Peers) > 0:
+		for _, p := range n.cfg.Peers {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+	case len(n.cfg.Join) == 0:
+		servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)}}
+	default:
+		return nil
+	}
+	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	n.bootstrapped = true
+	n.logger.Info("bootstrapped a new cluster", "voters", len(servers))
+	return nil
+}
+
+// nodeID returns cfg.ID, or the ID kept in the data directory, creating it
+// on first use. A configured ID that differs from the kept one is refused:
+// a data directory belongs to one node.
+func nodeID(cfg Config) (string, error) {
+	path := filepath.Join(cfg.DataDir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		kept := strings.TrimSpace(string(b))
+		if cfg.ID != "" && cfg.ID != kept {
+			return "", fmt.Errorf("node ID %q does not match %q kept in %s", cfg.ID, kept, path)
+		}
+		return kept, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("read node ID: %w", err)
+	}
+	id := cfg.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("keep node ID: %w", err)
+	}
+	return id, nil
+}
+
+// writeFileSync writes a file and its directory entry durably.
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// goFunc runs fn on a goroutine owned by the node: Close waits for it.
+func (n *Node) goFunc(fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		fn()
+	}()
+}
+
+// ID returns the node's Raft server ID.
+func (n *Node) ID() string { return n.id }
+
+// RaftAddr returns the advertised Raft address.
+func (n *Node) RaftAddr() string { return n.addr }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// WaitForLeader blocks until the cluster has a leader this node knows of.
+func (n *Node) WaitForLeader(ctx context.Context) error {
+	for {
+		if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		if err := n.sleep(ctx, n.cfg.RetryInterval); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoLeader, err)
+		}
+	}
+}
+
+// sleep waits d, or fails when ctx ends or the node closes.
+func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.shutdown:
+		return ErrClosed
+	}
+}
+
+// leaderLoop follows leadership changes. On taking over, the leader
+// applies an empty command entry before it serves linearizable reads, then
+// writes its own member row and, if it bootstrapped the cluster, the
+// configured pools.
+//
+// Why not raft.Barrier: Raft hands only command and configuration entries
+// to the state machine, never its no-op and barrier entries, so after a
+// barrier the state machine's applied index could stay below the commit
+// index for good, and linearizable reads wait for exactly that. An empty
+// command entry goes through the state machine; after it, every entry this
+// leader appends does too.
+func (n *Node) leaderLoop() {
+	for {
+		select {
+		case <-n.shutdown:
+			return
+		case leader := <-n.notify:
+			n.ready.Store(false)
+			gen := n.leaderGen.Add(1)
+			if !leader {
+				n.logger.Info("lost leadership")
+				continue
+			}
+			n.logger.Info("became leader; applying an entry of this term before serving reads")
+			if err := n.raft.Apply(fsm.EncodeBatch(nil), 0).Error(); err != nil {
+				n.logger.Warn("first entry of the term failed", "error", err)
+				continue
+			}
+			if n.leaderGen.Load() == gen && n.IsLeader() {
+				n.ready.Store(true)
+				n.goFunc(n.establish)
+			}
+		}
+	}
+}
+
+// establish makes the replicated state hold what this node's configuration says.
+func (n *Node) establish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.shutdown:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rows := []fsm.Member{{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}}
+	if n.bootstrapped {
+		for _, p := range n.cfg.Peers {
+			if p.ID != n.id {
+				rows = append(rows, fsm.Member{ID: p.ID, RaftAddr: p.RaftAddr, APIAddr: p.APIAddr})
+			}
+		}
+	}
+	for _, m := range rows {
+		if cur, ok := n.fsm.Member(m.ID); ok && cur == m {
+			continue
+		}
+		if _, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetMember, Member: m}); err != nil {
+			n.logger.Warn("could not write member row", "member", m.ID, "error", err)
+		}
+	}
+	if !n.bootstrapped {
+		return
+	}
+	for _, p := range n.cfg.Pools {
+		// The ID makes this idempotent across leaders and restarts while the
+		// request table remembers it.
+		req := &fsm.Request{Kind: fsm.KindCreatePool, ID: "bootstrap-pool/" + p.Name + "/" + p.Range, Pool: p.Name, Range: p.Range}
+		res, err := n.submit(ctx, req)
+		switch {
+		case err != nil:
+			n.logger.Warn("could not create configured pool", "pool", p.Name, "error", err)
+		case res.Err != nil:
+			n.logger.Warn("configured pool not created", "pool", p.Name, "range", p.Range, "error", res.Err)
+		case res.Created:
+			n.logger.Info("created pool", "pool", p.Name, "range", p.Range)
+		}
+	}
+}
+
+// Close shuts the node down. A leader with other voters hands leadership
+// over first, so the cluster does not wait out an election timeout.
+func (n *Node) Close() error { return n.close(true) }
+
+// Halt stops the node at once, without handing leadership over: what the
+// rest of the cluster sees when the process dies. Everything acknowledged
+// is on disk already. For tests and emergencies.
+func (n *Node) Halt() error { return n.close(false) }
+
+func (n *Node) close(handover bool) error {
+	n.closeOnce.Do(func() {
+		if handover && n.IsLeader() && n.voters() > 1 {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.logger.Warn("leadership transfer before shutdown failed", "error", err)
+			}
+		}
+		close(n.shutdown)
+		if err := n.raft.Shutdown().Error(); err != nil {
+			n.closeErr = err
+		}
+		n.closeResources()
+		n.wg.Wait()
+		n.logger.Info("node stopped")
+	})
+	return n.closeErr
+}
+
+func (n *Node) closeResources() {
+	if n.fwd != nil {
+		n.fwd.close()
+	}
+	if n.trans != nil {
+		_ = n.trans.Close()
+	}
+	if n.mux != nil {
+		_ = n.mux.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}

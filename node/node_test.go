@@ -1,0 +1,163 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func testConfig(t *testing.T, dir string) Config {
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr = dir, freeAddr(t)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Pools = []PoolSpec{{Name: "clusterip-ipv4", Range: "10.96.0.0/12"}, {Name: "nodeport", Range: "30000-32767"}}
+	return cfg
+}
+
+func openReady(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	require.NoError(t, n.WaitForLeader(ctx))
+	require.Eventually(t, func() bool {
+		ps, err := n.Pools(ctx, Linearizable)
+		return err == nil && len(ps) == len(cfg.Pools)
+	}, 10*time.Second, 10*time.Millisecond, "bootstrap pools")
+	return n
+}
+
+func TestSingleNodeBootstrapAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	n := openReady(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := n.ID()
+	require.NotEmpty(t, id, "an ID is generated")
+	kept, err := os.ReadFile(filepath.Join(dir, "node-id"))
+	require.NoError(t, err)
+	assert.Equal(t, id, strings.TrimSpace(string(kept)), "and kept in the data directory")
+
+	var acked []fsm.Allocation
+	for i := 0; i < 20; i++ {
+		a, err := n.Allocate(ctx, "nodeport", "", "svc", 0, "")
+		require.NoError(t, err)
+		acked = append(acked, a...)
+	}
+	require.NoError(t, n.Snapshot())
+	more, err := n.Allocate(ctx, "clusterip-ipv4", "10.96.0.10", "default/dns", 0, "")
+	require.NoError(t, err)
+	acked = append(acked, more...)
+	require.NoError(t, n.Close())
+
+	cfg.ID = "" // read back from the data directory
+	n2 := openReady(t, cfg)
+	assert.Equal(t, id, n2.ID())
+	for _, a := range acked {
+		got, err := n2.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s survives the restart", a.Value)
+		assert.Equal(t, a, got)
+	}
+	pools, err := n2.Pools(ctx, Linearizable)
+	require.NoError(t, err)
+	require.Len(t, pools, 2, "the configured pools are not created twice")
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := DefaultConfig()
+	base.DataDir, base.RaftAddr = "d", "127.0.0.1:1"
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no data dir", func(c *Config) { c.DataDir = "" }, "DataDir"},
+		{"no raft addr", func(c *Config) { c.RaftAddr = "" }, "RaftAddr"},
+		{"peers and join", func(c *Config) { c.Peers = []Peer{{ID: "a", RaftAddr: "x"}}; c.Join = []string{"y"} }, "exclude"},
+		{"duplicate peer", func(c *Config) { c.Peers = []Peer{{ID: "a", RaftAddr: "x"}, {ID: "a", RaftAddr: "y"}} }, "twice"},
+		{"bad pool name", func(c *Config) { c.Pools = []PoolSpec{{Name: "Bad", Range: "1-2"}} }, "invalid pool name"},
+		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
+		{"zero batch", func(c *Config) { c.MaxBatch = 0 }, "MaxBatch"},
+	}
+	require.NoError(t, base.Validate())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			tc.edit(&c)
+			before := c
+			err := c.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, before, c, "Validate does not change the config")
+		})
+	}
+}
+
+func TestNodeIDMismatchRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.ID = "alpha"
+	n := openReady(t, cfg)
+	require.NoError(t, n.Close())
+	cfg.ID = "beta"
+	_, err := Open(context.Background(), cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"beta" does not match "alpha"`)
+}
+
+func TestBackupRestore(t *testing.T) {
+	src := openReady(t, testConfig(t, t.TempDir()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := src.Allocate(ctx, "nodeport", "", "svc", 30, "")
+	require.NoError(t, err)
+	var backup bytes.Buffer
+	require.NoError(t, src.Backup(ctx, &backup))
+
+	dst := openReady(t, testConfig(t, t.TempDir()))
+	_, err = dst.Allocate(ctx, "nodeport", "30000", "to-be-replaced", 0, "")
+	require.NoError(t, err)
+
+	bad := append([]byte(nil), backup.Bytes()...)
+	bad[len(bad)/2] ^= 0xff
+	err = dst.Restore(ctx, bytes.NewReader(bad))
+	require.ErrorIs(t, err, ErrInvalidBackup)
+	got, err := dst.Get(ctx, Linearizable, "nodeport", "30000")
+	require.NoError(t, err, "a refused backup changes nothing")
+	assert.Equal(t, "to-be-replaced", got.Owner)
+
+	require.NoError(t, dst.Restore(ctx, bytes.NewReader(backup.Bytes())))
+	_, err = dst.Get(ctx, Linearizable, "nodeport", "30000")
+	if !errors.Is(err, &fsm.Error{Code: fsm.CodeNotAllocated}) {
+		got, _ := dst.Get(ctx, Linearizable, "nodeport", "30000")
+		assert.Equal(t, "svc", got.Owner, "the restored state replaced the old one")
+	}
+	for _, v := range a {
+		got, err := dst.Get(ctx, Linearizable, "nodeport", v.Value)
+		require.NoError(t, err)
+		assert.Equal(t, v, got)
+	}
+	more, err := dst.Allocate(ctx, "nodeport", "", "after-restore", 1, "")
+	require.NoError(t, err, "writes go on after a restore")
+	assert.Greater(t, more[0].Revision, a[0].Revision)
+}

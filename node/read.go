@@ -1,0 +1,237 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+)
+
+// Consistency is how fresh a read must be (SPEC §5.4).
+type Consistency int
+
+// Consistency levels.
+const (
+	// Linearizable reads are served by the leader after it confirms its
+	// leadership with a quorum (VerifyLeader) and has applied the commit
+	// index it saw before that check: they see every write acknowledged
+	// before the read began.
+	Linearizable Consistency = iota
+	// Leader reads are served from the leader's state without a quorum
+	// check: fresh unless the leader was deposed a moment ago.
+	Leader
+	// Stale reads are served from this node's state, however far behind.
+	Stale
+)
+
+// ParseConsistency parses "linearizable" (or ""), "leader" or "stale".
+func ParseConsistency(s string) (Consistency, error) {
+	switch s {
+	case "", "linearizable":
+		return Linearizable, nil
+	case "leader":
+		return Leader, nil
+	case "stale":
+		return Stale, nil
+	}
+	return 0, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
+		Message: fmt.Sprintf("consistency %q: want linearizable, leader or stale", s)}
+}
+
+func (c Consistency) String() string {
+	return [...]string{"linearizable", "leader", "stale"}[c]
+}
+
+// PoolStatus describes a pool and its use.
+type PoolStatus = fsm.PoolStatus
+
+type (
+	readArgs  = wire.ReadArgs
+	readReply = wire.ReadReply
+	poolWire  = wire.Pool
+)
+
+// read serves a read at the requested consistency, here or on the leader.
+func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
+	if Consistency(args.Consistency) == Stale {
+		return n.readLocal(args), nil
+	}
+	var last error
+	for {
+		var reply *readReply
+		var err error
+		if n.IsLeader() {
+			reply, err = n.readOnLeader(ctx, args)
+		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			reply, err = n.forwardRead(ctx, string(addr), args)
+		} else {
+			err = ErrNoLeader
+		}
+		if err == nil {
+			return reply, nil
+		}
+		last = err
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNoLeader, last)
+		}
+	}
+}
+
+// readOnLeader serves a forwarded or local read on this node, which must be
+// the leader.
+func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, error) {
+	if !n.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	if Consistency(args.Consistency) == Linearizable {
+		if err := n.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n.readLocal(args), nil
+}
+
+// linearize makes a following local read linearizable: the commit index is
+// captured first, then leadership is confirmed with a quorum, then the FSM
+// catches up to the captured index. A leader that has not yet applied an
+// entry of its own term refuses, as its commit index may lag the
+// cluster's.
+func (n *Node) linearize(ctx context.Context) error {
+	if !n.ready.Load() {
+		return fmt.Errorf("%w: leader has not applied an entry of its term yet", ErrNotLeader)
+	}
+	idx := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return n.fsm.WaitApplied(ctx, idx)
+}
+
+// readLocal serves a read from this node's state.
+func (n *Node) readLocal(args *readArgs) *readReply {
+	r := &readReply{}
+	var err error
+	switch args.Op {
+	case "get":
+		r.Alloc, err = n.fsm.Get(args.Pool, args.Value)
+	case "list":
+		r.Allocs, r.Next, err = n.fsm.List(args.Pool, args.Owner, args.After, args.Limit)
+	case "pool":
+		var st fsm.PoolStatus
+		if st, err = n.fsm.Pool(args.Pool); err == nil {
+			r.Pools = []poolWire{toWire(st)}
+		}
+	case "pools":
+		for _, st := range n.fsm.Pools() {
+			r.Pools = append(r.Pools, toWire(st))
+		}
+	case "rangeallocation":
+		r.Range, r.Data, err = n.fsm.RangeAllocation(args.Pool)
+	case "backup":
+		var buf bytesBuffer
+		if werr := n.fsm.WriteBackup(&buf); werr != nil {
+			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: werr.Error()}
+		}
+		r.Data = buf.b
+	default:
+		err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "unknown read " + args.Op}
+	}
+	if err != nil {
+		var fe *fsm.Error
+		if !errors.As(err, &fe) {
+			fe = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: err.Error()}
+		}
+		r.Err = fe
+	}
+	return r
+}
+
+type bytesBuffer struct{ b []byte }
+
+func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+func toWire(st fsm.PoolStatus) poolWire {
+	return poolWire{Name: st.Name, Range: st.Range.String(), Used: st.Used, UsedStatic: st.UsedStatic, UsedDynamic: st.UsedDynamic}
+}
+
+func fromWire(w poolWire) (fsm.PoolStatus, error) {
+	r, err := allocator.ParseRange(w.Range)
+	if err != nil {
+		return fsm.PoolStatus{}, err
+	}
+	return fsm.PoolStatus{Name: w.Name, Range: r, Used: w.Used, UsedStatic: w.UsedStatic, UsedDynamic: w.UsedDynamic}, nil
+}
+
+func replyErr(r *readReply) error {
+	if r.Err != nil {
+		return r.Err
+	}
+	return nil
+}
+
+// Get returns the allocation holding value in a pool.
+func (n *Node) Get(ctx context.Context, c Consistency, pool, value string) (fsm.Allocation, error) {
+	r, err := n.read(ctx, &readArgs{Op: "get", Pool: pool, Value: value, Consistency: int(c)})
+	if err != nil {
+		return fsm.Allocation{}, err
+	}
+	return r.Alloc, replyErr(r)
+}
+
+// List returns up to limit allocations of a pool in ascending order after
+// the value after, held by owner ("" for any); next is "" on the last page.
+func (n *Node) List(ctx context.Context, c Consistency, pool, owner, after string, limit int) (allocs []fsm.Allocation, next string, err error) {
+	r, err := n.read(ctx, &readArgs{Op: "list", Pool: pool, Owner: owner, After: after, Limit: limit, Consistency: int(c)})
+	if err != nil {
+		return nil, "", err
+	}
+	return r.Allocs, r.Next, replyErr(r)
+}
+
+// Pool returns the status of a pool.
+func (n *Node) Pool(ctx context.Context, c Consistency, name string) (PoolStatus, error) {
+	r, err := n.read(ctx, &readArgs{Op: "pool", Pool: name, Consistency: int(c)})
+	if err != nil {
+		return PoolStatus{}, err
+	}
+	if err := replyErr(r); err != nil {
+		return PoolStatus{}, err
+	}
+	return fromWire(r.Pools[0])
+}
+
+// Pools returns the status of every pool, sorted by name.
+func (n *Node) Pools(ctx context.Context, c Consistency) ([]PoolStatus, error) {
+	r, err := n.read(ctx, &readArgs{Op: "pools", Consistency: int(c)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PoolStatus, 0, len(r.Pools))
+	for _, w := range r.Pools {
+		st, err := fromWire(w)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// RangeAllocation returns a pool's Kubernetes RangeAllocation record.
+func (n *Node) RangeAllocation(ctx context.Context, c Consistency, pool string) (rng string, data []byte, err error) {
+	r, err := n.read(ctx, &readArgs{Op: "rangeallocation", Pool: pool, Consistency: int(c)})
+	if err != nil {
+		return "", nil, err
+	}
+	return r.Range, r.Data, replyErr(r)
+}
+
+// LocalState gives direct, read-only access to this node's state machine,
+// for tests and diagnostics: what it returns may be stale.
+func (n *Node) LocalState() *fsm.FSM { return n.fsm }

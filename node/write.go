@@ -1,0 +1,119 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// Allocate takes count dynamic values (value "") or the named value from a
+// pool for owner. requestID makes the call safe to retry ("" for one drawn
+// by the node). Domain failures are *fsm.Error.
+func (n *Node) Allocate(ctx context.Context, pool, value, owner string, count int, requestID string) ([]fsm.Allocation, error) {
+	res, err := n.Txn(ctx, []fsm.Op{{Kind: fsm.OpAllocate, Pool: pool, Value: value, Owner: owner, Count: count}}, requestID)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// Release frees a value; with owner set, only if that owner holds it. It
+// returns the allocation it freed.
+func (n *Node) Release(ctx context.Context, pool, value, owner, requestID string) (fsm.Allocation, error) {
+	res, err := n.Txn(ctx, []fsm.Op{{Kind: fsm.OpRelease, Pool: pool, Value: value, Owner: owner}}, requestID)
+	if err != nil {
+		return fsm.Allocation{}, err
+	}
+	return res[0][0], nil
+}
+
+// Txn applies allocate and release operations all or nothing, and returns
+// one list of allocations per operation. On failure the *fsm.Error names
+// the failing operation in Op.
+func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm.Allocation, error) {
+	if len(requestID) > fsm.MaxRequestID {
+		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
+			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(requestID), fsm.MaxRequestID)}
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindTxn, ID: requestID, Ops: ops})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res.Ops, nil
+}
+
+// CreatePool creates a pool; created is false when an identical pool
+// existed. The range's kind (IP or port) follows from its form.
+func (n *Node) CreatePool(ctx context.Context, name, rng, requestID string) (st PoolStatus, created bool, err error) {
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindCreatePool, ID: requestID, Pool: name, Range: rng})
+	if err != nil {
+		return PoolStatus{}, false, err
+	}
+	if res.Err != nil {
+		return PoolStatus{}, false, res.Err
+	}
+	st, err = n.Pool(ctx, Leader, name)
+	return st, res.Created, err
+}
+
+// DeletePool deletes an empty pool.
+func (n *Node) DeletePool(ctx context.Context, name, requestID string) error {
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindDeletePool, ID: requestID, Pool: name})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return nil
+}
+
+// Backup writes a linearizable copy of the whole state to w, in the
+// snapshot format (package snapshot).
+func (n *Node) Backup(ctx context.Context, w io.Writer) error {
+	r, err := n.read(ctx, &readArgs{Op: "backup", Consistency: int(Linearizable)})
+	if err != nil {
+		return err
+	}
+	if err := replyErr(r); err != nil {
+		return err
+	}
+	_, err = w.Write(r.Data)
+	return err
+}
+
+// Restore replaces the whole cluster's state with a backup. The backup is
+// validated completely first; an invalid one changes nothing.
+func (n *Node) Restore(ctx context.Context, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("read backup: %w", err)
+	}
+	index, err := fsm.ValidateBackup(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+	}
+	return n.onLeader(ctx, "Restore", data, nil, func() error { return n.restoreOnLeader(data, index) })
+}
+
+// restoreOnLeader hands a validated backup to Raft, which installs it on
+// every node. The log index moves past the backup's own index, so
+// revisions stay increasing across the restore.
+func (n *Node) restoreOnLeader(data []byte, index uint64) error {
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Size: int64(len(data))}
+	if err := n.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	// The backup's header carries the index of the cluster it came from.
+	// An empty entry makes the state machine's applied index this log's
+	// again, which linearizable reads wait on.
+	return n.raft.Apply(fsm.EncodeBatch(nil), 0).Error()
+}

@@ -1,0 +1,304 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// Options tune a cluster.
+type Options struct {
+	// Pools are created at bootstrap.
+	Pools []node.PoolSpec
+	// Tune, when set, adjusts each node's configuration.
+	Tune func(*node.Config)
+	// Seed drives the fault table's random drops.
+	Seed int64
+}
+
+// Member is one node of the cluster; Node is nil while it is down.
+type Member struct {
+	Index   int
+	ID      string
+	Addr    string
+	DataDir string
+	Node    *node.Node
+	cfg     node.Config
+}
+
+// Cluster is a set of nodes sharing one fault table.
+type Cluster struct {
+	t       testing.TB
+	Members []*Member
+	Faults  *transport.Faults
+	mu      sync.Mutex
+}
+
+// New starts n nodes bootstrapped as one cluster and registers a cleanup
+// that stops them and then runs EnsureSame.
+func New(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, Faults: transport.NewFaults(opts.Seed)}
+	dir := t.TempDir()
+	var peers []node.Peer
+	for i := 0; i < n; i++ {
+		addr := freeAddr(t)
+		m := &Member{Index: i, ID: fmt.Sprintf("n%d", i), Addr: addr, DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i))}
+		c.Members = append(c.Members, m)
+		peers = append(peers, node.Peer{ID: m.ID, RaftAddr: addr, APIAddr: "api-" + m.ID})
+	}
+	for _, m := range c.Members {
+		cfg := node.DefaultConfig()
+		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.APIAddr = m.ID, m.DataDir, m.Addr, "api-"+m.ID
+		cfg.Peers, cfg.Pools = peers, opts.Pools
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 400*time.Millisecond, 400*time.Millisecond
+		cfg.LeaderLeaseTimeout = 200 * time.Millisecond
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: m.ID, Level: hclog.Warn, Output: testWriter{t}})
+		local := raft.ServerAddress(m.Addr)
+		cfg.WrapTransport = func(tr raft.Transport) raft.Transport { return transport.Wrap(tr, local, c.Faults) }
+		cfg.DialRPC = c.faultyDial(local)
+		if opts.Tune != nil {
+			opts.Tune(&cfg)
+		}
+		m.cfg = cfg
+		c.Start(m.Index)
+	}
+	t.Cleanup(func() {
+		c.Heal()
+		if !t.Failed() {
+			c.EnsureSame(t)
+		}
+		for _, m := range c.Members {
+			if m.Node != nil {
+				_ = m.Node.Halt()
+			}
+		}
+	})
+	return c
+}
+
+// testWriter sends logs to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// faultyDial dials the forwarding RPC through the fault table: a dial
+// across a cut fails, and a connection stops working once its path is cut.
+func (c *Cluster) faultyDial(local raft.ServerAddress) func(string, time.Duration) (net.Conn, error) {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		remote := raft.ServerAddress(addr)
+		if !c.Faults.Allowed(local, remote) || !c.Faults.Allowed(remote, local) {
+			return nil, fmt.Errorf("dial %s: cut by the test", addr)
+		}
+		conn, err := transport.DialRPC(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &faultConn{Conn: conn, local: local, remote: remote, f: c.Faults}, nil
+	}
+}
+
+type faultConn struct {
+	net.Conn
+	local, remote raft.ServerAddress
+	f             *transport.Faults
+}
+
+func (fc *faultConn) Write(p []byte) (int, error) {
+	if !fc.f.Allowed(fc.local, fc.remote) {
+		fc.Conn.Close()
+		return 0, fmt.Errorf("write to %s: cut by the test", fc.remote)
+	}
+	return fc.Conn.Write(p)
+}
+
+func (fc *faultConn) Read(p []byte) (int, error) {
+	n, err := fc.Conn.Read(p)
+	if n > 0 && !fc.f.Allowed(fc.remote, fc.local) {
+		fc.Conn.Close()
+		return 0, fmt.Errorf("read from %s: cut by the test", fc.remote)
+	}
+	return n, err
+}
+
+// Start opens member i's node on its data directory.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	m := c.Members[i]
+	require.Nil(c.t, m.Node, "node %s is running", m.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a kill
+		if m.Node, err = node.Open(ctx, m.cfg); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(c.t, err, "open %s", m.ID)
+}
+
+// Kill stops member i as a crash would: no leadership handover.
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	m := c.Members[i]
+	require.NotNil(c.t, m.Node, "node %s is down", m.ID)
+	_ = m.Node.Halt()
+	m.Node = nil
+}
+
+// Restart kills member i and starts it again on the same data directory.
+func (c *Cluster) Restart(i int) {
+	c.Kill(i)
+	c.Start(i)
+}
+
+// Live returns the running members.
+func (c *Cluster) Live() []*Member {
+	var out []*Member
+	for _, m := range c.Members {
+		if m.Node != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Leader waits until exactly one running member is the leader and every
+// running member in its partition agrees, and returns it.
+func (c *Cluster) Leader() *Member {
+	c.t.Helper()
+	var leader *Member
+	require.Eventually(c.t, func() bool {
+		leader = nil
+		for _, m := range c.Live() {
+			if m.Node.IsLeader() {
+				if leader != nil {
+					return false
+				}
+				leader = m
+			}
+		}
+		return leader != nil
+	}, 15*time.Second, 20*time.Millisecond, "no single leader")
+	return leader
+}
+
+// LeaderAmong waits for a leader among the given members and returns it.
+func (c *Cluster) LeaderAmong(idx ...int) *Member {
+	c.t.Helper()
+	var leader *Member
+	require.Eventually(c.t, func() bool {
+		for _, i := range idx {
+			if m := c.Members[i]; m.Node != nil && m.Node.IsLeader() {
+				leader = m
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 20*time.Millisecond, "no leader among %v", idx)
+	return leader
+}
+
+// Partition cuts every link between members of different groups, both ways.
+func (c *Cluster) Partition(groups ...[]int) {
+	var g [][]raft.ServerAddress
+	for _, grp := range groups {
+		var addrs []raft.ServerAddress
+		for _, i := range grp {
+			addrs = append(addrs, raft.ServerAddress(c.Members[i].Addr))
+		}
+		g = append(g, addrs)
+	}
+	c.Faults.Partition(g...)
+}
+
+// Isolate cuts member i off from every other member.
+func (c *Cluster) Isolate(i int) {
+	var rest []int
+	for _, m := range c.Members {
+		if m.Index != i {
+			rest = append(rest, m.Index)
+		}
+	}
+	c.Partition([]int{i}, rest)
+}
+
+// Heal removes every fault.
+func (c *Cluster) Heal() { c.Faults.Heal() }
+
+// WaitApplied waits until every running member has applied index.
+func (c *Cluster) WaitApplied(index uint64) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, m := range c.Live() {
+		require.NoError(c.t, m.Node.LocalState().WaitApplied(ctx, index), "node %s", m.ID)
+	}
+}
+
+// EnsureSame waits for the running members to apply the same log and
+// compares their pools, bitmaps, allocations and member tables.
+func (c *Cluster) EnsureSame(t testing.TB) {
+	t.Helper()
+	live := c.Live()
+	if len(live) < 2 {
+		return
+	}
+	var want any
+	require.Eventually(t, func() bool {
+		var idx uint64
+		for _, m := range live {
+			idx = max(idx, m.Node.LocalState().AppliedIndex())
+		}
+		for _, m := range live {
+			if m.Node.LocalState().AppliedIndex() != idx {
+				return false
+			}
+		}
+		want = Dump(live[0].Node.LocalState())
+		for _, m := range live[1:] {
+			if !reflect.DeepEqual(want, Dump(m.Node.LocalState())) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "replicas differ")
+}
+
+// Dump returns a comparable picture of a replica's state: per pool the
+// RangeAllocation record and every allocation, plus the member table.
+func Dump(f *fsm.FSM) map[string]any {
+	out := map[string]any{"members": f.Members()}
+	for _, p := range f.Pools() {
+		rng, data, err := f.RangeAllocation(p.Name)
+		if err != nil {
+			continue
+		}
+		allocs, _, _ := f.List(p.Name, "", "", 1<<21)
+		out["pool/"+p.Name] = []any{rng, data, allocs}
+	}
+	return out
+}

@@ -1,0 +1,258 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testPools = []node.PoolSpec{{Name: "ip", Range: "10.96.0.0/24"}, {Name: "port", Range: "30000-30099"}}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitPools waits until the bootstrap pools exist on the leader.
+func waitPools(t *testing.T, c *cluster.Cluster) *cluster.Member {
+	l := c.Leader()
+	require.Eventually(t, func() bool {
+		ps, err := l.Node.Pools(ctxT(t, 5*time.Second), node.Leader)
+		return err == nil && len(ps) == len(testPools)
+	}, 10*time.Second, 20*time.Millisecond)
+	return l
+}
+
+func follower(c *cluster.Cluster, leader *cluster.Member) *cluster.Member {
+	for _, m := range c.Live() {
+		if m != leader {
+			return m
+		}
+	}
+	return nil
+}
+
+func TestReplicationAndFollowerCalls(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	ctx := ctxT(t, 20*time.Second)
+
+	a, err := l.Node.Allocate(ctx, "ip", "", "default/web", 0, "")
+	require.NoError(t, err)
+	require.Len(t, a, 1)
+	b, err := f.Node.Allocate(ctx, "ip", "10.96.0.10", "default/dns", 0, "")
+	require.NoError(t, err, "a write on a follower is carried to the leader")
+	assert.True(t, b[0].Static)
+	got, err := f.Node.Get(ctx, node.Linearizable, "ip", a[0].Value)
+	require.NoError(t, err, "a linearizable read on a follower sees the leader's write")
+	assert.Equal(t, a[0], got)
+	_, err = f.Node.Allocate(ctx, "ip", "10.96.0.10", "someone", 0, "")
+	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeAlreadyAllocated})
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "default/dns", fe.Owner)
+	assert.Equal(t, "provided IP is already allocated", fe.Message)
+
+	many, err := f.Node.Allocate(ctx, "port", "", "bulk", 50, "")
+	require.NoError(t, err)
+	assert.Len(t, many, 50)
+	list, next, err := f.Node.List(ctx, node.Linearizable, "port", "bulk", "", 1000)
+	require.NoError(t, err)
+	assert.Len(t, list, 50)
+	assert.Empty(t, next)
+	_, err = f.Node.Release(ctx, "ip", "10.96.0.10", "wrong", "")
+	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeOwnerMismatch})
+	_, err = f.Node.Release(ctx, "ip", "10.96.0.10", "default/dns", "")
+	require.NoError(t, err)
+	st, err := f.Node.Pool(ctx, node.Linearizable, "ip")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Used)
+}
+
+func TestFailoverAndCatchUp(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	before, err := l.Node.Allocate(ctx, "port", "", "before", 10, "")
+	require.NoError(t, err)
+
+	c.Kill(l.Index)
+	nl := c.Leader()
+	require.NotEqual(t, l.ID, nl.ID)
+	after, err := nl.Node.Allocate(ctx, "port", "", "after", 10, "")
+	require.NoError(t, err, "writes resume on the new leader")
+	for _, a := range append(before, after...) {
+		got, err := nl.Node.Get(ctx, node.Linearizable, "port", a.Value)
+		require.NoError(t, err, "acknowledged %s survives the failover", a.Value)
+		assert.Equal(t, a.Owner, got.Owner)
+	}
+	c.Start(l.Index) // the old leader restarts and catches up; EnsureSame checks it
+}
+
+// TestIsolatedLeader: a leader cut off from the majority acknowledges no
+// write and serves no linearizable read, while the majority goes on.
+func TestIsolatedLeader(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	c.Isolate(l.Index)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := l.Node.Allocate(ctx, "ip", "10.96.0.50", "isolated", 0, "")
+	require.Error(t, err, "an isolated leader must not acknowledge a write")
+	assert.True(t, errors.Is(err, node.ErrUnknownOutcome) || errors.Is(err, node.ErrNoLeader), "got %v", err)
+
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	_, err = l.Node.Get(ctx2, node.Linearizable, "ip", "10.96.0.50")
+	require.ErrorIs(t, err, node.ErrNoLeader, "an isolated leader must not serve a linearizable read")
+
+	var others []int
+	for _, m := range c.Members {
+		if m.Index != l.Index {
+			others = append(others, m.Index)
+		}
+	}
+	nl := c.LeaderAmong(others...)
+	ctx3 := ctxT(t, 10*time.Second)
+	got, err := nl.Node.Allocate(ctx3, "ip", "10.96.0.50", "majority", 0, "")
+	require.NoError(t, err, "the majority elects a leader and goes on")
+	assert.Equal(t, "10.96.0.50", got[0].Value)
+	c.Heal()
+	a, err := l.Node.Get(ctxT(t, 10*time.Second), node.Linearizable, "ip", "10.96.0.50")
+	require.NoError(t, err)
+	assert.Equal(t, "majority", a.Owner, "the isolated leader's unacknowledged write never took effect")
+}
+
+// TestSnapshotCatchUp: a follower cut off while the leader compacts its
+// log past it must catch up by InstallSnapshot.
+func TestSnapshotCatchUp(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
+		cfg.SnapshotInterval = 100 * time.Millisecond
+	}})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	c.Isolate(f.Index)
+	var others []int
+	for _, m := range c.Members {
+		if m.Index != f.Index {
+			others = append(others, m.Index)
+		}
+	}
+	l = c.LeaderAmong(others...)
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < 300; i++ {
+		_, err := l.Node.Allocate(ctx, "port", "", fmt.Sprint("o", i%7), 0, "")
+		if err != nil {
+			require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeRangeFull})
+			_, err = l.Node.Release(ctx, "port", strconv.Itoa(30000+i%100), "", "")
+			if err != nil {
+				require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated})
+			}
+		}
+	}
+	require.NoError(t, l.Node.Snapshot())
+	stale, err := strconv.ParseUint(f.Node.Stats()["last_log_index"], 10, 64)
+	require.NoError(t, err)
+	first, err := strconv.ParseUint(l.Node.Stats()["log_first_index"], 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, first, stale+1, "the leader compacted its log past the follower: only a snapshot can catch it up")
+	c.Heal()
+	c.EnsureSame(t)
+	snapIdx, _ := strconv.ParseUint(f.Node.Stats()["last_snapshot_index"], 10, 64)
+	assert.Greater(t, snapIdx, stale, "the follower installed the leader's snapshot")
+}
+
+// TestRestartFromSnapshotAndLog: state comes back from a snapshot plus the
+// log entries after it, on every node, after the whole cluster stops.
+func TestWholeClusterRestart(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	acked := map[string]string{}
+	for i := 0; i < 40; i++ {
+		a, err := l.Node.Allocate(ctx, "ip", "", fmt.Sprint("owner-", i), 0, "")
+		require.NoError(t, err)
+		acked[a[0].Value] = a[0].Owner
+		if i == 20 {
+			for _, m := range c.Live() {
+				require.NoError(t, m.Node.Snapshot(), "snapshot on %s", m.ID)
+			}
+		}
+	}
+	for _, m := range c.Members {
+		c.Kill(m.Index)
+	}
+	for _, m := range c.Members {
+		c.Start(m.Index)
+	}
+	l = c.Leader()
+	list, _, err := l.Node.List(ctxT(t, 20*time.Second), node.Linearizable, "ip", "", "", 1000)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, a := range list {
+		got[a.Value] = a.Owner
+	}
+	assert.Equal(t, acked, got, "every acknowledged allocation survives a whole-cluster restart")
+}
+
+// TestIdempotentRetryAcrossLeaderChange: a retry with the same request ID
+// on a new leader returns the original value and allocates nothing more.
+func TestIdempotentRetryAcrossLeaderChange(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	first, err := l.Node.Allocate(ctx, "ip", "", "svc", 0, "retry-key-1")
+	require.NoError(t, err)
+	c.Kill(l.Index)
+	nl := c.Leader()
+	again, err := nl.Node.Allocate(ctx, "ip", "", "svc", 0, "retry-key-1")
+	require.NoError(t, err)
+	assert.Equal(t, first, again, "the retry returns the original answer")
+	st, err := nl.Node.Pool(ctx, node.Linearizable, "ip")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Used, "and allocates nothing more")
+	_, err = nl.Node.Allocate(ctx, "ip", "", "other-owner", 0, "retry-key-1")
+	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused})
+	c.Start(l.Index)
+}
+
+func TestMembershipAndTransfer(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	ctx := ctxT(t, 30*time.Second)
+	require.NoError(t, f.Node.TransferLeadership(ctx, f.ID), "a transfer asked on a follower is carried to the leader")
+	require.Eventually(t, func() bool { return f.Node.IsLeader() }, 10*time.Second, 20*time.Millisecond)
+	st, err := l.Node.Cluster()
+	require.NoError(t, err)
+	assert.Len(t, st.Members, 3)
+	for _, m := range st.Members {
+		assert.Equal(t, "api-"+m.ID, m.APIAddr, "member table row of %s", m.ID)
+	}
+	err = l.Node.RemoveMember(ctx, "nope")
+	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeMemberNotFound})
+	require.NoError(t, l.Node.RemoveMember(ctx, l.ID), "a node can ask for its own removal")
+	c.Kill(l.Index)
+	st, err = f.Node.Cluster()
+	require.NoError(t, err)
+	assert.Len(t, st.Members, 2)
+	_, err = f.Node.Allocate(ctx, "ip", "", "two-node", 0, "")
+	require.NoError(t, err, "the two remaining nodes form a majority")
+}
+
+type fsmOp = fsm.Op
+
+func allocOp(pool, owner string) fsm.Op { return fsm.Op{Kind: fsm.OpAllocate, Pool: pool, Owner: owner} }
