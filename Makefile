@@ -6,13 +6,23 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 BENCH     ?= .
 
-.PHONY: help build test lint race bench fuzz clean
+.PHONY: help build run cluster test lint bench fuzz jepsen clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build bin/rangealloc
 	$(GO) build -o $(BIN) ./cmd/rangealloc
+
+run: build ## one node with the default pools, data under ./data
+	@echo "rangealloc: HTTP API on http://127.0.0.1:7080, data in ./data. In another shell, try:"
+	@echo "  $(BIN) allocate clusterip-ipv4 --owner default/web"
+	@echo "  curl -s -XPOST -d '{\"owner\":\"default/db\"}' http://127.0.0.1:7080/v1/pools/nodeport/allocations"
+	@echo "  $(BIN) pools"
+	$(BIN) server --data-dir ./data
+
+cluster: build ## three local nodes on 127.0.0.1:7080/7082/7084 until Ctrl-C
+	BIN=$(BIN) scripts/cluster.sh
 
 lint: ## gofmt check and go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -33,5 +43,5 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; \
 	done
 
-clean: ## remove build output
+clean: ## remove build output (not ./data)
 	rm -rf bin

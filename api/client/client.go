@@ -1,0 +1,309 @@
+// Package client is a Go client of rangealloc's HTTP API v1, used by the
+// CLI and the tests. Every method returns *Error for an error answer, so
+// callers can read the code, the HTTP status and the details.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rangealloc/rangealloc/api"
+)
+
+// Client talks to one node.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// New returns a client of the node at addr ("http://127.0.0.1:7080", or
+// "127.0.0.1:7080"). hc nil: a client with a 30 s timeout.
+func New(addr string, hc *http.Client) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Client{base: strings.TrimRight(addr, "/"), hc: hc}
+}
+
+// Addr returns the node's base URL.
+func (c *Client) Addr() string { return c.base }
+
+// Error is an error answer of the API.
+type Error struct {
+	Status   int
+	Code     string
+	Message  string
+	Details  map[string]any
+	ServedBy string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Meta is what a response says besides its body.
+type Meta struct {
+	Status       int
+	ServedBy     string
+	AppliedIndex string
+}
+
+// Options are per-call options of writes and reads.
+type Options struct {
+	IdempotencyKey string
+	Consistency    string // "", "linearizable", "leader", "stale"
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr http.Header, body io.Reader, out any) (Meta, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return Meta{}, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return Meta{}, err
+	}
+	defer resp.Body.Close()
+	meta := Meta{Status: resp.StatusCode, ServedBy: resp.Header.Get("X-Rangealloc-Served-By"),
+		AppliedIndex: resp.Header.Get("X-Rangealloc-Applied-Index")}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return meta, err
+	}
+	if resp.StatusCode >= 400 {
+		var eb api.ErrorBody
+		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+			return meta, &Error{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(data)), ServedBy: meta.ServedBy}
+		}
+		return meta, &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Details: eb.Error.Details, ServedBy: meta.ServedBy}
+	}
+	switch o := out.(type) {
+	case nil:
+	case *[]byte:
+		*o = data
+	default:
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
+	}
+	return meta, nil
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}
+
+func (o Options) header() http.Header {
+	h := http.Header{}
+	if o.IdempotencyKey != "" {
+		h.Set("Idempotency-Key", o.IdempotencyKey)
+	}
+	return h
+}
+
+func (o Options) query() url.Values {
+	q := url.Values{}
+	if o.Consistency != "" {
+		q.Set("consistency", o.Consistency)
+	}
+	return q
+}
+
+func poolPath(name string, rest ...string) string {
+	p := "/v1/pools/" + url.PathEscape(name)
+	for _, r := range rest {
+		p += "/" + url.PathEscape(r)
+	}
+	return p
+}
+
+// Pools lists every pool.
+func (c *Client) Pools(ctx context.Context, o Options) ([]api.Pool, error) {
+	var out api.PoolList
+	_, err := c.do(ctx, http.MethodGet, "/v1/pools", o.query(), nil, nil, &out)
+	return out.Pools, err
+}
+
+// Pool returns one pool.
+func (c *Client) Pool(ctx context.Context, name string, o Options) (api.Pool, error) {
+	var out api.Pool
+	_, err := c.do(ctx, http.MethodGet, poolPath(name), o.query(), nil, nil, &out)
+	return out, err
+}
+
+// CreatePool creates a pool; created is false when an identical one existed.
+func (c *Client) CreatePool(ctx context.Context, name, rng string, o Options) (p api.Pool, created bool, err error) {
+	meta, err := c.do(ctx, http.MethodPut, poolPath(name), nil, o.header(), jsonBody(api.CreatePoolRequest{Range: rng}), &p)
+	return p, meta.Status == http.StatusCreated, err
+}
+
+// DeletePool deletes an empty pool.
+func (c *Client) DeletePool(ctx context.Context, name string, o Options) error {
+	_, err := c.do(ctx, http.MethodDelete, poolPath(name), nil, o.header(), nil, nil)
+	return err
+}
+
+// RangeAllocation returns a pool as Kubernetes' RangeAllocation.
+func (c *Client) RangeAllocation(ctx context.Context, name string, o Options) (api.RangeAllocation, error) {
+	var out api.RangeAllocation
+	_, err := c.do(ctx, http.MethodGet, poolPath(name, "rangeallocation"), o.query(), nil, nil, &out)
+	return out, err
+}
+
+// Allocate takes value (or a dynamic value when value is "").
+func (c *Client) Allocate(ctx context.Context, pool, value, owner string, o Options) (api.Allocation, Meta, error) {
+	var out api.Allocation
+	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
+		jsonBody(api.AllocateRequest{Value: value, Owner: owner}), &out)
+	return out, meta, err
+}
+
+// AllocateCount takes count dynamic values in one request.
+func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count int, o Options) ([]api.Allocation, Meta, error) {
+	var out api.AllocationList
+	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
+		jsonBody(api.AllocateRequest{Owner: owner, Count: &count}), &out)
+	return out.Allocations, meta, err
+}
+
+// Get returns the allocation of a value.
+func (c *Client) Get(ctx context.Context, pool, value string, o Options) (api.Allocation, Meta, error) {
+	var out api.Allocation
+	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations", value), o.query(), nil, nil, &out)
+	return out, meta, err
+}
+
+// List returns a page of a pool's allocations; next is "" on the last page.
+func (c *Client) List(ctx context.Context, pool, owner, after string, limit int, o Options) ([]api.Allocation, string, error) {
+	q := o.query()
+	if owner != "" {
+		q.Set("owner", owner)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.AllocationList
+	_, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations"), q, nil, nil, &out)
+	next := ""
+	if out.Next != nil {
+		next = *out.Next
+	}
+	return out.Allocations, next, err
+}
+
+// ListAll pages through every allocation of a pool.
+func (c *Client) ListAll(ctx context.Context, pool, owner string, o Options) ([]api.Allocation, error) {
+	var all []api.Allocation
+	after := ""
+	for {
+		page, next, err := c.List(ctx, pool, owner, after, api.MaxLimit, o)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		after = next
+	}
+}
+
+// Release frees a value; with owner set, only if that owner holds it.
+func (c *Client) Release(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
+	q := url.Values{}
+	if owner != "" {
+		q.Set("owner", owner)
+	}
+	return c.do(ctx, http.MethodDelete, poolPath(pool, "allocations", value), q, o.header(), nil, nil)
+}
+
+// Txn applies operations all or nothing.
+func (c *Client) Txn(ctx context.Context, ops []api.TxnOp, o Options) ([]api.Allocation, error) {
+	var out api.TxnResults
+	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), jsonBody(api.TxnRequest{Ops: ops}), &out)
+	return out.Results, err
+}
+
+// Cluster returns the answering node's view of the cluster.
+func (c *Client) Cluster(ctx context.Context) (api.ClusterStatus, error) {
+	var out api.ClusterStatus
+	_, err := c.do(ctx, http.MethodGet, "/v1/cluster", nil, nil, nil, &out)
+	return out, err
+}
+
+// AddMember adds a voter.
+func (c *Client) AddMember(ctx context.Context, m api.MemberRequest) (api.ClusterStatus, error) {
+	var out api.ClusterStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/members", nil, nil, jsonBody(m), &out)
+	return out, err
+}
+
+// RemoveMember removes a member.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, nil, nil, nil)
+	return err
+}
+
+// TransferLeadership hands leadership to id ("" for any follower).
+func (c *Client) TransferLeadership(ctx context.Context, id string) (api.ClusterStatus, error) {
+	var out api.ClusterStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/leader-transfer", nil, nil, jsonBody(api.TransferRequest{ID: id}), &out)
+	return out, err
+}
+
+// Backup returns a backup of the whole state.
+func (c *Client) Backup(ctx context.Context) ([]byte, error) {
+	var out []byte
+	_, err := c.do(ctx, http.MethodGet, "/v1/snapshot", nil, nil, nil, &out)
+	return out, err
+}
+
+// Restore replaces the whole cluster's state with a backup.
+func (c *Client) Restore(ctx context.Context, backup []byte) error {
+	h := http.Header{}
+	h.Set("Content-Type", "application/octet-stream")
+	_, err := c.do(ctx, http.MethodPost, "/v1/snapshot/restore", nil, h, bytes.NewReader(backup), nil)
+	return err
+}
+
+// Ready reports whether the node is ready, and why not.
+func (c *Client) Ready(ctx context.Context) (bool, string, error) {
+	var out map[string]string
+	meta, err := c.do(ctx, http.MethodGet, "/readyz", nil, nil, nil, &out)
+	if meta.Status == http.StatusServiceUnavailable {
+		var ae *Error
+		if e, ok := err.(*Error); ok {
+			ae = e
+		}
+		if ae != nil {
+			return false, ae.Message, nil
+		}
+	}
+	if err != nil {
+		return false, "", err
+	}
+	return true, "", nil
+}

@@ -1,0 +1,10 @@
+// Package api is rangealloc's HTTP API v1 (SPEC §5): a thin layer over
+// package node that decodes requests strictly, calls the node, encodes the
+// answer, and maps every error to a status and code in one place
+// (writeError). It holds no state of its own beyond metrics.
+//
+// Writes, linearizable reads and cluster changes received by a follower
+// are carried to the leader by the node itself (over its internal RPC), so
+// every node serves every endpoint. X-Rangealloc-Served-By names the node
+// that answered the HTTP request.
+package api

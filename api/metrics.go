@@ -1,0 +1,114 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// Metrics are one node's Prometheus metrics (SPEC §8), in a registry of
+// their own so that several nodes can live in one process.
+type Metrics struct {
+	reg         *prometheus.Registry
+	allocations *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	httpSeconds *prometheus.HistogramVec
+	applyBatch  prometheus.Histogram
+	applyReqs   prometheus.Counter
+	commitSecs  prometheus.Histogram
+	commitReqs  prometheus.Histogram
+}
+
+// NewMetrics registers a node's metrics; extra collectors join the
+// registry. Call WatchPools once the node is open.
+func NewMetrics(extra ...prometheus.Collector) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_total",
+			Help: "Allocations served by this node, by pool and scope (static: value named; dynamic: chosen)."}, []string{"pool", "scope"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_errors_total",
+			Help: "Allocations that failed on this node, by pool and scope."}, []string{"pool", "scope"}),
+		httpSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rangealloc_http_request_duration_seconds",
+			Help: "HTTP request durations by method, route and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)},
+			[]string{"method", "route", "code"}),
+		applyBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rangealloc_apply_batch_entries",
+			Help: "Log entries per state-machine batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		applyReqs: prometheus.NewCounter(prometheus.CounterOpts{Name: "rangealloc_applied_requests_total",
+			Help: "Requests applied by the state machine (several can share one log entry)."}),
+		commitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rangealloc_apply_latency_seconds",
+			Help: "On the leader: time from proposing a log entry to its applied result.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		commitReqs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rangealloc_group_commit_requests",
+			Help: "On the leader: client requests packed into one log entry.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+	}
+	m.reg.MustRegister(m.allocations, m.errors, m.httpSeconds, m.applyBatch, m.applyReqs, m.commitSecs, m.commitReqs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(extra...)
+	return m
+}
+
+// WatchPools adds the pool gauges, read from the replicated state f at
+// scrape time, so they are right from start-up.
+func (m *Metrics) WatchPools(f *fsm.FSM) { m.reg.MustRegister(poolCollector{f}) }
+
+// Handler serves the registry in Prometheus' text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registry returns the registry, for collectors added later.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveApply records one state-machine batch; hook it to fsm.FSM.OnApply.
+func (m *Metrics) ObserveApply(entries int, results []*fsm.Result) {
+	m.applyBatch.Observe(float64(entries))
+	m.applyReqs.Add(float64(len(results)))
+}
+
+// ObserveCommit records one entry proposed by the leader; hook it to node.Config.OnCommit.
+func (m *Metrics) ObserveCommit(requests int, d time.Duration) {
+	m.commitReqs.Observe(float64(requests))
+	m.commitSecs.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration) {
+	if route == "" || route == "/" {
+		route = "other"
+	}
+	m.httpSeconds.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+func (m *Metrics) countAllocation(pool, scope string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		if errIs(err, fsm.CodePoolNotFound) {
+			return // no such pool: no series for arbitrary names
+		}
+		m.errors.WithLabelValues(pool, scope).Inc()
+		return
+	}
+	m.allocations.WithLabelValues(pool, scope).Inc()
+}
+
+var (
+	allocatedDesc = prometheus.NewDesc("rangealloc_pool_allocated", "Values allocated in the pool (replicated state).", []string{"pool"}, nil)
+	availableDesc = prometheus.NewDesc("rangealloc_pool_available", "Values free in the pool (replicated state).", []string{"pool"}, nil)
+)
+
+// poolCollector reports the pool gauges from the replicated state.
+type poolCollector struct{ f *fsm.FSM }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- allocatedDesc; ch <- availableDesc }
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.f.Pools() {
+		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(p.Used), p.Name)
+		ch <- prometheus.MustNewConstMetric(availableDesc, prometheus.GaugeValue, float64(p.Range.Size()-p.Used), p.Name)
+	}
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/spf13/cobra"
+)
+
+type benchFlags struct {
+	clients  int
+	duration time.Duration
+	pool     string
+	mix      string
+	count    int
+	nodes    string
+}
+
+// benchResult is what `bench -o json` prints.
+type benchResult struct {
+	Ops       int64   `json:"ops"`
+	Values    int64   `json:"values"`
+	Errors    int64   `json:"errors"`
+	Seconds   float64 `json:"seconds"`
+	OpsPerSec float64 `json:"opsPerSec"`
+	ValPerSec float64 `json:"valuesPerSec"`
+	P50ms     float64 `json:"p50ms"`
+	P90ms     float64 `json:"p90ms"`
+	P99ms     float64 `json:"p99ms"`
+	Nodes     int     `json:"nodes"`
+	Clients   int     `json:"clients"`
+	Mix       string  `json:"mix"`
+	Count     int     `json:"count"`
+}
+
+func newBenchCmd(g *globals) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Generate load and report throughput and latency",
+		Long: `Generate load against one node (--addr) or every node of the cluster
+(--nodes all), and print operations per second, values per second, p50/p90/p99
+latency and errors, with a progress line every second.
+
+--mix weighs the operations: allocate (dynamic), release (of a value this
+client allocated), get. Each client keeps the values it allocated and
+releases them, so a long run does not fill the pool.`,
+		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
+  rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
+  rangealloc bench --mix allocate=50,release=40,get=10`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.clients, "clients", 16, "concurrent clients")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+	fl.StringVar(&f.pool, "pool", "clusterip-ipv4", "pool to allocate from")
+	fl.StringVar(&f.mix, "mix", "allocate=1,release=1", "operation weights: allocate=N,release=N,get=N")
+	fl.IntVar(&f.count, "count", 1, "values per allocate (1-4096)")
+	fl.StringVar(&f.nodes, "nodes", "", `"all": spread clients over every member's API; or a comma list of HTTP addresses (default: --addr)`)
+	return cmd
+}
+
+type mixWeights struct{ alloc, release, get int }
+
+func parseMix(s string) (mixWeights, error) {
+	var m mixWeights
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return m, fmt.Errorf("--mix %q: want allocate=N,release=N,get=N", s)
+		}
+		switch k {
+		case "allocate":
+			m.alloc = n
+		case "release":
+			m.release = n
+		case "get":
+			m.get = n
+		default:
+			return m, fmt.Errorf("--mix: unknown operation %q (allocate, release, get)", k)
+		}
+	}
+	if m.alloc+m.release+m.get == 0 {
+		return m, fmt.Errorf("--mix %q: all weights are zero", s)
+	}
+	return m, nil
+}
+
+func benchTargets(ctx context.Context, g *globals, nodes string) ([]string, error) {
+	switch nodes {
+	case "":
+		return []string{g.addr}, nil
+	case "all":
+		st, err := g.client().Cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, m := range st.Members {
+			if m.APIAddr != "" {
+				out = append(out, m.APIAddr)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("--nodes all: no member has an API address")
+		}
+		return out, nil
+	}
+	return strings.Split(nodes, ","), nil
+}
+
+func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
+	mix, err := parseMix(f.mix)
+	if err != nil {
+		return err
+	}
+	if f.clients < 1 || f.count < 1 || f.count > 4096 || f.duration <= 0 {
+		return fmt.Errorf("--clients and --duration must be positive and --count 1 to 4096")
+	}
+	ctx := cmd.Context()
+	targets, err := benchTargets(ctx, g, f.nodes)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: f.clients, MaxConnsPerHost: 0}}
+	clients := make([]*client.Client, len(targets))
+	for i, t := range targets {
+		clients[i] = client.New(t, hc)
+	}
+	var ops, values, errs atomic.Int64
+	lats := make([][]time.Duration, f.clients)
+	var firstErr atomic.Value
+	runCtx, cancel := context.WithTimeout(ctx, f.duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < f.clients; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c := clients[i%len(clients)]
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			var held []string
+			owner := fmt.Sprintf("bench-%d", i)
+			total := mix.alloc + mix.release + mix.get
+			for runCtx.Err() == nil {
+				pick := rng.IntN(total)
+				t0 := time.Now()
+				var err error
+				n := int64(1)
+				switch {
+				case pick < mix.alloc || (pick < mix.alloc+mix.release && len(held) == 0):
+					if f.count == 1 {
+						var a struct{ Value string }
+						al, _, e := c.Allocate(runCtx, f.pool, "", owner, client.Options{})
+						a.Value, err = al.Value, e
+						if err == nil {
+							held = append(held, a.Value)
+						}
+					} else {
+						as, _, e := c.AllocateCount(runCtx, f.pool, owner, f.count, client.Options{})
+						err = e
+						for _, a := range as {
+							held = append(held, a.Value)
+						}
+						n = int64(len(as))
+					}
+				case pick < mix.alloc+mix.release:
+					k := rng.IntN(len(held))
+					v := held[k]
+					held[k] = held[len(held)-1]
+					held = held[:len(held)-1]
+					_, err = c.Release(runCtx, f.pool, v, owner, client.Options{})
+				default:
+					if len(held) > 0 {
+						_, _, err = c.Get(runCtx, f.pool, held[rng.IntN(len(held))], client.Options{})
+					} else {
+						_, err = c.Pool(runCtx, f.pool, client.Options{})
+					}
+					n = 0
+				}
+				if runCtx.Err() != nil {
+					break
+				}
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+				ops.Add(1)
+				values.Add(n)
+			}
+		}(i)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastOps int64
+progress:
+	for {
+		select {
+		case <-done:
+			break progress
+		case <-tick.C:
+			o := ops.Load()
+			fmt.Fprintf(cmd.ErrOrStderr(), "\r%5.0fs  %8d ops  %8d ops/s  %6d errors", time.Since(start).Seconds(), o, o-lastOps, errs.Load())
+			lastOps = o
+		}
+	}
+	fmt.Fprintln(cmd.ErrOrStderr())
+	elapsed := time.Since(start).Seconds()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	pct := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return float64(all[int(p*float64(len(all)-1))]) / float64(time.Millisecond)
+	}
+	res := benchResult{Ops: ops.Load(), Values: values.Load(), Errors: errs.Load(), Seconds: elapsed,
+		OpsPerSec: float64(ops.Load()) / elapsed, ValPerSec: float64(values.Load()) / elapsed,
+		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: len(targets), Clients: f.clients, Mix: f.mix, Count: f.count}
+	if e, ok := firstErr.Load().(string); ok {
+		fmt.Fprintf(cmd.ErrOrStderr(), "first error: %s\n", e)
+	}
+	return g.print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "NODES\tCLIENTS\tOPS\tOPS/S\tVALUES/S\tP50\tP90\tP99\tERRORS")
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.0f\t%.2fms\t%.2fms\t%.2fms\t%d\n", res.Nodes, res.Clients, res.Ops, res.OpsPerSec,
+			res.ValPerSec, res.P50ms, res.P90ms, res.P99ms, res.Errors)
+	})
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/spf13/cobra"
+)
+
+func (g *globals) client() *client.Client { return client.New(g.addr, nil) }
+
+func ctxOf(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), 60*time.Second)
+}
+
+// print writes v as JSON with -o json, else calls table.
+func (g *globals) print(w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
+	if g.output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func poolTable(tw *tabwriter.Writer, pools ...api.Pool) {
+	fmt.Fprintln(tw, "NAME\tKIND\tRANGE\tSIZE\tUSED\tFREE\tSTATIC (USED/SIZE)\tDYNAMIC (USED/SIZE)")
+	for _, p := range pools {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%d/%d\n", p.Name, p.Kind, p.Range, p.Size, p.Used, p.Free,
+			p.Static.Used, p.Static.Size, p.Dynamic.Used, p.Dynamic.Size)
+	}
+}
+
+func allocTable(tw *tabwriter.Writer, allocs ...api.Allocation) {
+	fmt.Fprintln(tw, "POOL\tVALUE\tOWNER\tBAND\tMODE\tREVISION")
+	for _, a := range allocs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", a.Pool, a.Value, a.Owner, a.Band, a.Mode, a.Revision)
+	}
+}
+
+func newPoolsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pools",
+		Short: "List, show, create and delete pools",
+		Example: `  rangealloc pools
+  rangealloc pools get nodeport
+  rangealloc pools create clusterip-ipv6 fd00:10:96::/108
+  rangealloc pools delete clusterip-ipv6`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			pools, err := g.client().Pools(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), api.PoolList{Pools: pools}, func(tw *tabwriter.Writer) { poolTable(tw, pools...) })
+		},
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use: "list", Short: "List pools", Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error { return cmd.RunE(c, args) },
+	}, &cobra.Command{
+		Use: "get NAME", Short: "Show a pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			p, err := g.client().Pool(ctx, args[0], client.Options{})
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), p, func(tw *tabwriter.Writer) { poolTable(tw, p) })
+		},
+	}, &cobra.Command{
+		Use: "create NAME RANGE", Short: "Create a pool from a CIDR or a port range first-last", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			p, _, err := g.client().CreatePool(ctx, args[0], args[1], client.Options{})
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), p, func(tw *tabwriter.Writer) { poolTable(tw, p) })
+		},
+	}, &cobra.Command{
+		Use: "delete NAME", Short: "Delete an empty pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			if err := g.client().DeletePool(ctx, args[0], client.Options{}); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]string{"deleted": args[0]}, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "deleted pool %s\n", args[0])
+			})
+		},
+	})
+	return cmd
+}
+
+func newAllocateCmd(g *globals) *cobra.Command {
+	var owner, key string
+	var count int
+	cmd := &cobra.Command{
+		Use:   "allocate POOL [VALUE]",
+		Short: "Allocate a value: the named one, or one chosen in the dynamic band",
+		Example: `  rangealloc allocate clusterip-ipv4 --owner default/web
+  rangealloc allocate clusterip-ipv4 10.96.0.10 --owner kube-system/kube-dns
+  rangealloc allocate nodeport --count 10 --owner batch
+  rangealloc allocate nodeport --owner default/web --idempotency-key web-np   # safe to retry`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			o := client.Options{IdempotencyKey: key}
+			if cmd.Flags().Changed("count") {
+				if len(args) == 2 {
+					return fmt.Errorf("--count is for dynamic allocations: leave VALUE out")
+				}
+				allocs, _, err := g.client().AllocateCount(ctx, args[0], owner, count, o)
+				if err != nil {
+					return err
+				}
+				return g.print(cmd.OutOrStdout(), api.AllocationList{Allocations: allocs}, func(tw *tabwriter.Writer) { allocTable(tw, allocs...) })
+			}
+			value := ""
+			if len(args) == 2 {
+				value = args[1]
+			}
+			a, _, err := g.client().Allocate(ctx, args[0], value, owner, o)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), a, func(tw *tabwriter.Writer) { allocTable(tw, a) })
+		},
+	}
+	cmd.Flags().StringVar(&owner, "owner", "", "owner recorded with the allocation, e.g. default/web")
+	cmd.Flags().IntVar(&count, "count", 1, "allocate this many dynamic values at once (1-4096)")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "a retry with the same key returns the first answer")
+	return cmd
+}
+
+func newReleaseCmd(g *globals) *cobra.Command {
+	var owner, key string
+	cmd := &cobra.Command{
+		Use:     "release POOL VALUE",
+		Short:   "Release a value (with --owner: only if that owner holds it)",
+		Example: `  rangealloc release nodeport 30080 --owner default/web`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			if _, err := g.client().Release(ctx, args[0], args[1], owner, client.Options{IdempotencyKey: key}); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]string{"pool": args[0], "released": args[1]}, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "released %s from %s\n", args[1], args[0])
+			})
+		},
+	}
+	cmd.Flags().StringVar(&owner, "owner", "", "release only if held by this owner")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "a retry with the same key returns the first answer")
+	return cmd
+}
+
+func consistencyFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "consistency", "linearizable", "linearizable, leader or stale")
+}
+
+func newGetCmd(g *globals) *cobra.Command {
+	var cons string
+	cmd := &cobra.Command{
+		Use:     "get POOL VALUE",
+		Short:   "Show who holds a value",
+		Example: `  rangealloc get clusterip-ipv4 10.96.0.10`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			a, _, err := g.client().Get(ctx, args[0], args[1], client.Options{Consistency: cons})
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), a, func(tw *tabwriter.Writer) { allocTable(tw, a) })
+		},
+	}
+	consistencyFlag(cmd, &cons)
+	return cmd
+}
+
+func newListCmd(g *globals) *cobra.Command {
+	var owner, cons string
+	cmd := &cobra.Command{
+		Use:     "list POOL",
+		Short:   "List a pool's allocations in ascending order",
+		Example: `  rangealloc list nodeport --owner default/web`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			allocs, err := g.client().ListAll(ctx, args[0], owner, client.Options{Consistency: cons})
+			if err != nil {
+				return err
+			}
+			if allocs == nil {
+				allocs = []api.Allocation{}
+			}
+			return g.print(cmd.OutOrStdout(), api.AllocationList{Allocations: allocs}, func(tw *tabwriter.Writer) { allocTable(tw, allocs...) })
+		},
+	}
+	cmd.Flags().StringVar(&owner, "owner", "", "only allocations held by this owner")
+	consistencyFlag(cmd, &cons)
+	return cmd
+}
+
+func clusterTable(tw *tabwriter.Writer, st api.ClusterStatus) {
+	fmt.Fprintf(tw, "answered by %s; leader %s (%s); term %d; commit %d; applied %d\n\n", st.ID, st.Leader.ID,
+		st.Leader.APIAddr, st.Term, st.CommitIndex, st.AppliedIndex)
+	fmt.Fprintln(tw, "ID\tRAFT\tAPI\tVOTER\tLEADER")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%t\n", m.ID, m.RaftAddr, m.APIAddr, m.Voter, m.Leader)
+	}
+}
+
+func newClusterCmd(g *globals) *cobra.Command {
+	status := func(cmd *cobra.Command, _ []string) error {
+		ctx, cancel := ctxOf(cmd)
+		defer cancel()
+		st, err := g.client().Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
+	}
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Show and change the cluster's members",
+		Example: `  rangealloc cluster
+  rangealloc cluster join n4 127.0.0.1:7087 127.0.0.1:7086
+  rangealloc cluster remove n4
+  rangealloc cluster transfer-leader n2`,
+		Args: cobra.NoArgs,
+		RunE: status,
+	}
+	cmd.AddCommand(&cobra.Command{Use: "status", Short: "Show the cluster", Args: cobra.NoArgs, RunE: status},
+		&cobra.Command{
+			Use: "join ID RAFT_ADDR [HTTP_ADDR]", Short: "Add a voter", Args: cobra.RangeArgs(2, 3),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, cancel := ctxOf(cmd)
+				defer cancel()
+				m := api.MemberRequest{ID: args[0], RaftAddr: args[1]}
+				if len(args) == 3 {
+					m.APIAddr = args[2]
+				}
+				st, err := g.client().AddMember(ctx, m)
+				if err != nil {
+					return err
+				}
+				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
+			},
+		}, &cobra.Command{
+			Use: "remove ID", Short: "Remove a member", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, cancel := ctxOf(cmd)
+				defer cancel()
+				if err := g.client().RemoveMember(ctx, args[0]); err != nil {
+					return err
+				}
+				return g.print(cmd.OutOrStdout(), map[string]string{"removed": args[0]}, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "removed member %s\n", args[0])
+				})
+			},
+		}, &cobra.Command{
+			Use: "transfer-leader [ID]", Short: "Hand leadership to ID, or to any follower", Args: cobra.MaximumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, cancel := ctxOf(cmd)
+				defer cancel()
+				id := ""
+				if len(args) == 1 {
+					id = args[0]
+				}
+				st, err := g.client().TransferLeadership(ctx, id)
+				if err != nil {
+					return err
+				}
+				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
+			},
+		})
+	return cmd
+}
+
+func newSnapshotCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save a backup of the whole state, or restore one",
+		Example: `  rangealloc snapshot save backup.snap
+  rangealloc snapshot restore backup.snap`,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use: "save FILE", Short: "Save a backup to FILE", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			start := time.Now()
+			data, err := g.client().Backup(ctx)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(args[0], data, 0o600); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"file": args[0], "bytes": len(data)}, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "saved %d bytes to %s in %s\n", len(data), args[0], time.Since(start).Round(time.Millisecond))
+			})
+		},
+	}, &cobra.Command{
+		Use: "restore FILE", Short: "Replace the whole cluster's state with the backup in FILE", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := g.client().Restore(ctx, data); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"file": args[0], "bytes": len(data)}, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "restored %d bytes from %s in %s\n", len(data), args[0], time.Since(start).Round(time.Millisecond))
+			})
+		},
+	})
+	return cmd
+}
+
+func atoiOr(s string, d int) int {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n
+	}
+	return d
+}

@@ -1,0 +1,89 @@
+// Command rangealloc runs a rangealloc node (`rangealloc server`) or talks
+// to one (every other command). See `rangealloc --help`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	root := newRoot()
+	if err := root.Execute(); err != nil {
+		var ae *client.Error
+		if errors.As(err, &ae) {
+			fmt.Fprintf(os.Stderr, "Error: %s: %s\n", ae.Code, ae.Message)
+		} else {
+			fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// globals are the flags every client command shares.
+type globals struct {
+	addr   string
+	output string
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "rangealloc",
+		Short: "Unique Service ClusterIPs and NodePorts, replicated with Raft",
+		Long: `rangealloc allocates Kubernetes-style Service ClusterIPs and NodePorts for
+control planes on one to three machines, without etcd.
+
+Run a node with 'rangealloc server'; every other command talks to a node at
+--addr (any node: writes are carried to the leader). Every flag can also be
+set from the environment as RANGEALLOC_<FLAG>, e.g. RANGEALLOC_ADDR or
+RANGEALLOC_DATA_DIR.`,
+		Example: `  rangealloc server                                  # one node, default pools, data in ./data
+  rangealloc allocate clusterip-ipv4 --owner default/web
+  rangealloc allocate nodeport 30080 --owner default/web
+  rangealloc list clusterip-ipv4 -o json`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			if g.output != "table" && g.output != "json" {
+				return fmt.Errorf("--output %q: want table or json", g.output)
+			}
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&g.addr, "addr", "http://127.0.0.1:7080", "HTTP address of any node")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.AddCommand(newServerCmd(), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
+		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g))
+	return root
+}
+
+// bindEnv sets every flag the command line left alone from
+// RANGEALLOC_<FLAG>, if that is set.
+func bindEnv(cmd *cobra.Command) error {
+	var errs []error
+	set := func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := "RANGEALLOC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+			f.Changed = true
+		}
+	}
+	cmd.Flags().VisitAll(set)
+	cmd.InheritedFlags().VisitAll(set)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/spf13/cobra"
+)
+
+type serverFlags struct {
+	id, dataDir, httpAddr, raftAddr, advHTTP, advRaft string
+	peers, join, serviceCIDR, nodePortRange           string
+	logLevel                                          string
+	logJSON                                           bool
+}
+
+func newServerCmd() *cobra.Command {
+	f := &serverFlags{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a rangealloc node",
+		Long: `Run a rangealloc node: Raft on --raft-addr (which also carries calls that
+followers forward to the leader), the HTTP API on --http-addr.
+
+A node with no state and neither --peers nor --join bootstraps itself as a
+single-node cluster with the pools of --service-cidr and --node-port-range.
+With --peers, every node is given the same list and the first leader creates
+the pools. With --join, the node asks any member to add it.`,
+		Example: `  # one node with the default pools
+  rangealloc server
+
+  # three nodes, each given the same --peers list
+  rangealloc server --id n1 --data-dir d1 --http-addr 127.0.0.1:7080 --raft-addr 127.0.0.1:7081 \
+    --peers n1=127.0.0.1:7081=127.0.0.1:7080,n2=127.0.0.1:7083=127.0.0.1:7082,n3=127.0.0.1:7085=127.0.0.1:7084
+
+  # join a running cluster through any member
+  rangealloc server --data-dir d4 --http-addr 127.0.0.1:7086 --raft-addr 127.0.0.1:7087 --join 127.0.0.1:7080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.id, "id", "", "node ID (default: a UUID generated once and kept in the data dir)")
+	fl.StringVar(&f.dataDir, "data-dir", "./data", "directory for the Raft log, snapshots and node ID")
+	fl.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:7080", "address to serve the HTTP API on")
+	fl.StringVar(&f.raftAddr, "raft-addr", "127.0.0.1:7081", "address for Raft and forwarded calls")
+	fl.StringVar(&f.advHTTP, "advertise-http", "", "HTTP address others reach this node at (default: --http-addr)")
+	fl.StringVar(&f.advRaft, "advertise-raft", "", "Raft address others reach this node at (default: --raft-addr)")
+	fl.StringVar(&f.peers, "peers", "", "bootstrap a fixed voter set: id=raftAddr=httpAddr,... (the same on every node)")
+	fl.StringVar(&f.join, "join", "", "HTTP address of any member of the cluster to join")
+	fl.StringVar(&f.serviceCIDR, "service-cidr", "10.96.0.0/12", "ClusterIP ranges: an IPv4 CIDR, an IPv6 CIDR, or both comma-separated")
+	fl.StringVar(&f.nodePortRange, "node-port-range", "30000-32767", "NodePort range first-last")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
+	return cmd
+}
+
+// pools turns --service-cidr and --node-port-range into the bootstrap pools.
+func (f *serverFlags) pools() ([]node.PoolSpec, error) {
+	var out []node.PoolSpec
+	for _, c := range strings.Split(f.serviceCIDR, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("--service-cidr %q: %v", c, err)
+		}
+		name := "clusterip-ipv4"
+		if p.Addr().Is6() {
+			name = "clusterip-ipv6"
+		}
+		for _, o := range out {
+			if o.Name == name {
+				return nil, fmt.Errorf("--service-cidr %q: at most one CIDR per family", f.serviceCIDR)
+			}
+		}
+		out = append(out, node.PoolSpec{Name: name, Range: c})
+	}
+	if f.nodePortRange != "" {
+		out = append(out, node.PoolSpec{Name: "nodeport", Range: f.nodePortRange})
+	}
+	return out, nil
+}
+
+// parsePeers parses id=raftAddr=httpAddr,...
+func parsePeers(s string) ([]node.Peer, error) {
+	var out []node.Peer
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		parts := strings.Split(item, "=")
+		if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+			return nil, fmt.Errorf("--peers item %q: want id=raftAddr=httpAddr", item)
+		}
+		out = append(out, node.Peer{ID: parts[0], RaftAddr: parts[1], APIAddr: parts[2]})
+	}
+	return out, nil
+}
+
+func runServer(ctx context.Context, f *serverFlags) error {
+	level := hclog.LevelFromString(f.logLevel)
+	if level == hclog.NoLevel {
+		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", f.logLevel)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
+	pools, err := f.pools()
+	if err != nil {
+		return err
+	}
+	peers, err := parsePeers(f.peers)
+	if err != nil {
+		return err
+	}
+	advHTTP := f.advHTTP
+	if advHTTP == "" {
+		advHTTP = f.httpAddr
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg := node.DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = f.id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
+	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
+	if f.join != "" {
+		if cfg.Join, err = joinTargets(ctx, f.join); err != nil {
+			return err
+		}
+	}
+	metrics := api.NewMetrics()
+	cfg.OnApply, cfg.OnCommit = metrics.ObserveApply, metrics.ObserveCommit
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	metrics.WatchPools(n.LocalState())
+	srv := &http.Server{Handler: api.NewServer(n, api.Options{Logger: logger, Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("serving", "id", n.ID(), "http", ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir)
+
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err = <-errc:
+		logger.Error("HTTP server stopped", "error", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if cerr := n.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// joinTargets asks the member at httpAddr for the cluster's Raft addresses,
+// which the node then asks in turn to add it.
+func joinTargets(ctx context.Context, httpAddr string) ([]string, error) {
+	c := client.New(httpAddr, nil)
+	var last error
+	for i := 0; i < 60; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := c.Cluster(cctx)
+		cancel()
+		if err == nil && len(st.Members) > 0 {
+			var out []string
+			for _, m := range st.Members {
+				out = append(out, m.RaftAddr)
+			}
+			return out, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil, fmt.Errorf("--join %s: cannot read the cluster: %v", httpAddr, last)
+}

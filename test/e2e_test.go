@@ -1,0 +1,315 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the rangealloc binary built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rangealloc-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "rangealloc")
+	out, err := exec.Command("go", "build", "-race", "-o", binary, "../cmd/rangealloc").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build rangealloc: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a rangealloc server process.
+type proc struct {
+	id, http, raft, dir string
+	args               []string
+	cmd                *exec.Cmd
+	log                *bytes.Buffer
+}
+
+func (p *proc) start(t *testing.T) {
+	t.Helper()
+	p.log = &bytes.Buffer{}
+	p.cmd = exec.Command(binary, append([]string{"server", "--id", p.id, "--data-dir", p.dir, "--http-addr", p.http,
+		"--raft-addr", p.raft, "--log-level", "warn"}, p.args...)...)
+	p.cmd.Stderr = p.log
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", p.id, p.log.String())
+		}
+	})
+}
+
+func (p *proc) kill9(t *testing.T) {
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+}
+
+func (p *proc) stop(t *testing.T) {
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.cmd.Wait(), "clean exit on SIGTERM")
+}
+
+func (p *proc) client() *client.Client { return client.New(p.http, nil) }
+
+func newProcs(t *testing.T, n int) []*proc {
+	dir := t.TempDir()
+	var ps []*proc
+	var peers []string
+	for i := 0; i < n; i++ {
+		p := &proc{id: fmt.Sprintf("n%d", i+1), http: freePort(t), raft: freePort(t), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1))}
+		ps = append(ps, p)
+		peers = append(peers, fmt.Sprintf("%s=%s=%s", p.id, p.raft, p.http))
+	}
+	if n > 1 {
+		for _, p := range ps {
+			p.args = []string{"--peers", strings.Join(peers, ",")}
+		}
+	}
+	for _, p := range ps {
+		p.start(t)
+	}
+	return ps
+}
+
+// waitLeader waits until p knows a leader and the default pools exist, and
+// returns the leader's ID.
+func waitLeader(t *testing.T, p *proc) string {
+	t.Helper()
+	var leader string
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := p.client().Cluster(ctx)
+		if err != nil || st.Leader.ID == "" {
+			return false
+		}
+		pools, err := p.client().Pools(ctx, client.Options{})
+		leader = st.Leader.ID
+		return err == nil && len(pools) == 2
+	}, 30*time.Second, 100*time.Millisecond, "no leader via %s", p.id)
+	return leader
+}
+
+func byID(ps []*proc, id string) *proc {
+	for _, p := range ps {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+func ctxE(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestE2EThreeNodes(t *testing.T) {
+	ps := newProcs(t, 3)
+	leaderID := waitLeader(t, ps[0])
+	leader := byID(ps, leaderID)
+	var followers []*proc
+	for _, p := range ps {
+		if p != leader {
+			followers = append(followers, p)
+		}
+	}
+	ctx := ctxE(t)
+
+	// Writes and reads through followers.
+	a, meta, err := followers[0].client().Allocate(ctx, "clusterip-ipv4", "", "default/web", client.Options{IdempotencyKey: "web"})
+	require.NoError(t, err)
+	assert.Equal(t, 201, meta.Status)
+	got, _, err := followers[1].client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{})
+	require.NoError(t, err, "a linearizable read through the other follower sees it")
+	assert.Equal(t, a, got)
+
+	// kill -9 of the leader; writes resume.
+	leader.kill9(t)
+	var acked []api.Allocation
+	require.Eventually(t, func() bool {
+		b, _, err := followers[0].client().Allocate(ctx, "nodeport", "", "after-kill", client.Options{IdempotencyKey: "after-kill"})
+		if err == nil {
+			acked = append(acked, b)
+		}
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "writes resume after the leader is killed")
+	again, _, err := followers[1].client().Allocate(ctx, "clusterip-ipv4", "", "default/web", client.Options{IdempotencyKey: "web"})
+	require.NoError(t, err)
+	assert.Equal(t, a, again, "a retried key returns its first answer across the leader change")
+
+	// The killed node restarts and catches up.
+	leader.start(t)
+	require.Eventually(t, func() bool {
+		got, _, err := leader.client().Get(ctx, "nodeport", acked[0].Value, client.Options{Consistency: "stale"})
+		return err == nil && got.Owner == "after-kill"
+	}, 30*time.Second, 200*time.Millisecond, "the restarted node catches up")
+
+	// A backup through a follower restores into a fresh node.
+	backup, err := followers[0].client().Backup(ctx)
+	require.NoError(t, err)
+	fresh := newProcs(t, 1)[0]
+	waitLeader(t, fresh)
+	require.NoError(t, fresh.client().Restore(ctx, backup))
+	got, _, err = fresh.client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "default/web", got.Owner)
+	ra1, err := followers[1].client().RangeAllocation(ctx, "nodeport", client.Options{})
+	require.NoError(t, err)
+	ra2, err := fresh.client().RangeAllocation(ctx, "nodeport", client.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, ra1.Data, ra2.Data, "the same RangeAllocation bytes")
+
+	// Replace a node: remove it, then a fresh one joins through any member.
+	victim := followers[1]
+	require.NoError(t, followers[0].client().RemoveMember(ctx, victim.id))
+	victim.stop(t)
+	joiner := &proc{id: "n4", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n4"),
+		args: []string{"--join", followers[0].http}}
+	joiner.start(t)
+	require.Eventually(t, func() bool {
+		st, err := followers[0].client().Cluster(ctx)
+		if err != nil || len(st.Members) != 3 {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == victim.id {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond, "n4 replaces %s", victim.id)
+	require.Eventually(t, func() bool {
+		got, _, err := joiner.client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{Consistency: "stale"})
+		return err == nil && got.Owner == "default/web"
+	}, 30*time.Second, 200*time.Millisecond, "the joiner has the state")
+	_, _, err = joiner.client().Allocate(ctx, "nodeport", "", "via-joiner", client.Options{})
+	require.NoError(t, err, "writes through the new member")
+}
+
+// rangealloc runs the CLI against addr and returns stdout, stderr and the exit code.
+func rangealloc(t *testing.T, addr string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, append(args, "--addr", addr)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLI(t *testing.T) {
+	p := newProcs(t, 1)[0]
+	waitLeader(t, p)
+	addr := "http://" + p.http
+	type row struct {
+		args    []string
+		code    int
+		stdout  []string // substrings
+		stderr  string
+		jsonKey string // with -o json: a key the object must have
+	}
+	rows := []row{
+		{args: []string{"pools"}, stdout: []string{"NAME", "clusterip-ipv4", "10.96.0.0/12", "nodeport", "30000-32767"}},
+		{args: []string{"pools", "get", "nodeport", "-o", "json"}, jsonKey: "dynamic"},
+		{args: []string{"pools", "create", "extra", "10.100.0.0/24"}, stdout: []string{"extra", "254"}},
+		{args: []string{"pools", "create", "extra", "10.101.0.0/24"}, code: 1, stderr: "Error: PoolExists:"},
+		{args: []string{"allocate", "nodeport", "30080", "--owner", "default/web"}, stdout: []string{"30080", "default/web", "static"}},
+		{args: []string{"allocate", "nodeport", "30080"}, code: 1, stderr: "Error: AlreadyAllocated: provided port is already allocated"},
+		{args: []string{"allocate", "nodeport", "99999"}, code: 1, stderr: "Error: NotInRange: provided port is not in the valid range"},
+		{args: []string{"allocate", "extra", "--count", "3", "--owner", "batch", "-o", "json"}, jsonKey: "allocations"},
+		{args: []string{"allocate", "clusterip-ipv4", "--owner", "x", "--idempotency-key", "k1", "-o", "json"}, jsonKey: "value"},
+		{args: []string{"get", "nodeport", "30080"}, stdout: []string{"30080", "default/web"}},
+		{args: []string{"get", "nodeport", "30081"}, code: 1, stderr: "Error: NotAllocated:"},
+		{args: []string{"list", "extra", "--owner", "batch"}, stdout: []string{"batch", "dynamic"}},
+		{args: []string{"list", "extra", "-o", "json"}, jsonKey: "allocations"},
+		{args: []string{"release", "nodeport", "30080", "--owner", "someone"}, code: 1, stderr: "Error: OwnerMismatch:"},
+		{args: []string{"release", "nodeport", "30080", "--owner", "default/web"}, stdout: []string{"released 30080"}},
+		{args: []string{"cluster"}, stdout: []string{"LEADER", p.id}},
+		{args: []string{"cluster", "status", "-o", "json"}, jsonKey: "members"},
+		{args: []string{"cluster", "remove", "nope"}, code: 1, stderr: "Error: MemberNotFound:"},
+		{args: []string{"pools", "delete", "nope"}, code: 1, stderr: "Error: PoolNotFound:"},
+		{args: []string{"allocate"}, code: 1, stderr: "Error: accepts between 1 and 2 arg(s)"},
+		{args: []string{"pools", "-o", "yaml"}, code: 1, stderr: `--output "yaml"`},
+		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--pool", "nodeport", "-o", "json"}, jsonKey: "opsPerSec"},
+	}
+	for _, r := range rows {
+		t.Run(strings.Join(r.args, " "), func(t *testing.T) {
+			stdout, stderr, code := rangealloc(t, addr, r.args...)
+			assert.Equal(t, r.code, code, "exit code; stderr: %s", stderr)
+			for _, s := range r.stdout {
+				assert.Contains(t, stdout, s)
+			}
+			if r.stderr != "" {
+				assert.Contains(t, stderr, r.stderr)
+			}
+			if r.jsonKey != "" {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal([]byte(stdout), &m), "-o json prints JSON: %s", stdout)
+				assert.Contains(t, m, r.jsonKey)
+			}
+		})
+	}
+	// snapshot save and restore
+	file := filepath.Join(t.TempDir(), "backup.snap")
+	stdout, stderr, code := rangealloc(t, addr, "snapshot", "save", file)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "saved")
+	stdout, stderr, code = rangealloc(t, addr, "snapshot", "restore", file)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "restored")
+	require.NoError(t, os.WriteFile(file, []byte("garbage"), 0o600))
+	_, stderr, code = rangealloc(t, addr, "snapshot", "restore", file)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "Error: InvalidArgument: invalid backup")
+	// Flags from the environment.
+	cmd := exec.Command(binary, "pools")
+	cmd.Env = append(os.Environ(), "RANGEALLOC_ADDR="+addr)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "nodeport")
+	// --help helps.
+	stdout, _, code = rangealloc(t, addr, "allocate", "--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stdout, "Examples:")
+}
