@@ -25,6 +25,7 @@ type serverFlags struct {
 	peers, join, serviceCIDR, nodePortRange           string
 	logLevel                                          string
 	logJSON                                           bool
+	tuning                                            node.Config // Raft and snapshot tuning
 }
 
 func newServerCmd() *cobra.Command {
@@ -64,6 +65,13 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.StringVar(&f.nodePortRange, "node-port-range", "30000-32767", "NodePort range first-last")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
+	f.tuning = node.DefaultConfig()
+	fl.DurationVar(&f.tuning.HeartbeatTimeout, "heartbeat-timeout", f.tuning.HeartbeatTimeout, "Raft heartbeat timeout (advanced)")
+	fl.DurationVar(&f.tuning.ElectionTimeout, "election-timeout", f.tuning.ElectionTimeout, "Raft election timeout (advanced)")
+	fl.DurationVar(&f.tuning.LeaderLeaseTimeout, "leader-lease-timeout", f.tuning.LeaderLeaseTimeout, "Raft leader lease timeout (advanced)")
+	fl.Uint64Var(&f.tuning.SnapshotThreshold, "snapshot-threshold", f.tuning.SnapshotThreshold, "new log entries that trigger a snapshot (advanced)")
+	fl.DurationVar(&f.tuning.SnapshotInterval, "snapshot-interval", f.tuning.SnapshotInterval, "how often to check whether to snapshot (advanced)")
+	fl.Uint64Var(&f.tuning.TrailingLogs, "trailing-logs", f.tuning.TrailingLogs, "log entries kept after a snapshot (advanced)")
 	return cmd
 }
 
@@ -134,7 +142,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg := node.DefaultConfig()
+	cfg := f.tuning
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = f.id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	if f.join != "" {
