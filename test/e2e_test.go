@@ -50,9 +50,9 @@ func freePort(t *testing.T) string {
 // proc is a rangealloc server process.
 type proc struct {
 	id, http, raft, dir string
-	args               []string
-	cmd                *exec.Cmd
-	log                *bytes.Buffer
+	args                []string
+	cmd                 *exec.Cmd
+	log                 *bytes.Buffer
 }
 
 func (p *proc) start(t *testing.T) {

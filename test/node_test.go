@@ -255,4 +255,6 @@ func TestMembershipAndTransfer(t *testing.T) {
 
 type fsmOp = fsm.Op
 
-func allocOp(pool, owner string) fsm.Op { return fsm.Op{Kind: fsm.OpAllocate, Pool: pool, Owner: owner} }
+func allocOp(pool, owner string) fsm.Op {
+	return fsm.Op{Kind: fsm.OpAllocate, Pool: pool, Owner: owner}
+}

@@ -175,7 +175,9 @@ func (l *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 }
 
 // DialRPC connects to a node's forwarding RPC.
-func DialRPC(addr string, timeout time.Duration) (net.Conn, error) { return dial(addr, timeout, ProtoRPC) }
+func DialRPC(addr string, timeout time.Duration) (net.Conn, error) {
+	return dial(addr, timeout, ProtoRPC)
+}
 
 func dial(addr string, timeout time.Duration, proto byte) (net.Conn, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
