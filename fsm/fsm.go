@@ -83,7 +83,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				all = append(all, resp.Results...)
 			}
 		}
-		f.s.index = l.Index
+		f.s.index, f.s.term = l.Index, l.Term
 	}
 	f.advance()
 	f.mu.Unlock()

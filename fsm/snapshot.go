@@ -16,7 +16,7 @@ var _ raft.FSMSnapshot = (*state)(nil)
 // request table are immutable and shared.
 func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
-		members: make(map[string]Member, len(s.members)), index: s.index}
+		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term}
 	for name, p := range s.pools {
 		c.pools[name] = &pool{name: p.name, p: p.p.Clone(), recs: p.recs.clone()}
 	}
@@ -40,7 +40,7 @@ func (s *state) Release() {}
 
 // export converts the state to the snapshot package's plain types.
 func (s *state) export() *snapshot.State {
-	out := &snapshot.State{Index: s.index}
+	out := &snapshot.State{Index: s.index, Term: s.term}
 	names := make([]string, 0, len(s.pools))
 	for name := range s.pools {
 		names = append(names, name)
@@ -80,10 +80,12 @@ func readState(r io.Reader) (*state, error) {
 
 // importState builds a state from a decoded snapshot, checking what the
 // codec cannot: that ranges parse, that bitmaps fit their ranges, and that
-// remembered results decode.
+// remembered results decode. (The codec has checked structure: sorted,
+// unique names and IDs, and one allocation record per set bit; the count
+// is checked again here because the loop below indexes by it.)
 func importState(ss *snapshot.State) (*state, error) {
 	s := newState()
-	s.index = ss.Index
+	s.index, s.term = ss.Index, ss.Term
 	for _, sp := range ss.Pools {
 		if err := ValidatePoolName(sp.Name); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
@@ -121,9 +123,6 @@ func importState(ss *snapshot.State) (*state, error) {
 		res, err := DecodeResult(sr.Result)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: request %q: %w", sr.ID, err)
-		}
-		if s.requests.get(sr.ID) != nil {
-			return nil, fmt.Errorf("snapshot: request %q appears twice", sr.ID)
 		}
 		s.requests.put(&requestEntry{id: sr.ID, fp: sr.Fingerprint, result: res})
 	}

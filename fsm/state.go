@@ -12,6 +12,7 @@ type state struct {
 	requests *requestTable
 	members  map[string]Member
 	index    uint64 // the last applied log index
+	term     uint64 // the term of that entry
 }
 
 func newState() *state {

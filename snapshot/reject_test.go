@@ -138,6 +138,8 @@ var damaged = []struct {
 		"pool count is a varint longer than needed"},
 	{"varint overflow", func() []byte { return header(1).u8('P').u8(bytes.Repeat([]byte{0xff}, 10)...).u8(1).sealed() },
 		ErrCorrupt, "pool count overflows 64 bits"},
+	{"varint of ten continuation bytes", func() []byte { return header(1).u8('P').u8(bytes.Repeat([]byte{0x80}, 10)...) },
+		ErrCorrupt, "pool count overflows 64 bits"},
 	{"count above popcount", func() []byte { return header(1).onePool("\x03").uv(3).noRequests().sealed() }, ErrCorrupt,
 		"3 allocation records for 2 set bits"},
 	{"huge count", func() []byte { return header(1).onePool("\xff").uv(1 << 62).noRequests().sealed() }, ErrCorrupt,

@@ -47,8 +47,9 @@ func encode(w io.Writer, s *State) error {
 // encoder appends fields to a buffered writer. The first error sticks and
 // stops the loops early; every method is a no-op after it.
 type encoder struct {
-	w   *bufio.Writer
-	err error
+	w       *bufio.Writer
+	err     error
+	scratch [binary.MaxVarintLen64]byte
 }
 
 func (e *encoder) write(p []byte) {
@@ -58,11 +59,11 @@ func (e *encoder) write(p []byte) {
 }
 
 func (e *encoder) uvarint(x uint64) {
-	e.write(binary.AppendUvarint(e.w.AvailableBuffer(), x))
+	e.write(binary.AppendUvarint(e.scratch[:0], x))
 }
 
 func (e *encoder) u64(x uint64) {
-	e.write(binary.BigEndian.AppendUint64(e.w.AvailableBuffer(), x))
+	e.write(binary.BigEndian.AppendUint64(e.scratch[:0], x))
 }
 
 func (e *encoder) byte(c byte) {
@@ -84,8 +85,10 @@ func (e *encoder) str(s string) {
 }
 
 func (e *encoder) header(s *State) {
-	e.write([]byte(magic))
-	e.write(binary.BigEndian.AppendUint32(e.w.AvailableBuffer(), version))
+	if e.err == nil {
+		_, e.err = e.w.WriteString(magic)
+	}
+	e.write(binary.BigEndian.AppendUint32(e.scratch[:0], version))
 	e.u64(s.Index)
 	e.u64(s.Term)
 }
