@@ -97,9 +97,12 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 	}
 }
 
-// batchLoop is the leader's group commit: it packs the proposals waiting at
-// the moment into one log entry, up to MaxBatch, and hands it to Raft
-// without waiting for the previous entry to commit.
+// batchLoop is the leader's group commit. It waits for a proposal, then
+// for room among the MaxInflight entries Raft may hold unapplied (a token
+// in n.slots, returned by resolveLoop), then packs every proposal waiting by then
+// into one log entry, up to MaxBatch. Under load, requests pile up while
+// earlier entries commit, so one fsync and one replication round serve
+// many requests; a lone request goes straight through.
 func (n *Node) batchLoop() {
 	for {
 		var p *proposal
@@ -107,6 +110,12 @@ func (n *Node) batchLoop() {
 		case <-n.shutdown:
 			return
 		case p = <-n.proposals:
+		}
+		select {
+		case n.slots <- struct{}{}:
+		case <-n.shutdown:
+			p.done <- outcome{err: ErrClosed}
+			return
 		}
 		batch := []*proposal{p}
 	fill:
@@ -146,6 +155,7 @@ func (n *Node) resolveLoop() {
 		case in = <-n.inflight:
 		}
 		err := in.future.Error()
+		<-n.slots
 		if err != nil {
 			// ErrNotLeader and ErrEnqueueTimeout come before the entry is in
 			// the log: nothing was applied. Any other failure (leadership

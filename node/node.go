@@ -39,6 +39,7 @@ type Node struct {
 
 	proposals chan *proposal
 	inflight  chan *inflight
+	slots     chan struct{} // one token per entry handed to Raft and not yet resolved
 	notify    chan bool
 
 	// ready is true while this node is the leader and has applied an entry
@@ -80,7 +81,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		f.OnApply(cfg.OnApply)
 	}
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
-		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, 64),
+		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
+		slots:  make(chan struct{}, cfg.MaxInflight),
 		notify: make(chan bool, 64), shutdown: make(chan struct{})}
 	if err := n.start(); err != nil {
 		close(n.shutdown)
