@@ -243,7 +243,8 @@ func (f *FSM) RequestResult(id string) (*Result, bool) {
 	if e == nil {
 		return nil, false
 	}
-	return e.result, true
+	res, err := DecodeResult(e.result)
+	return res, err == nil
 }
 
 // Snapshot captures the state for Raft: a copy made under the lock (the

@@ -235,7 +235,7 @@ func TestIdempotentRequests(t *testing.T) {
 	require.Nil(t, first.Err)
 	// A retry carries a new seed (the proposer draws one each time) but the same body.
 	again := h.one(&Request{Kind: KindTxn, ID: "k1", Seed: 99, Ops: []Op{alloc("p", "", "o")}})
-	assert.Same(t, first, again, "a retry returns the first answer")
+	assert.Equal(t, first, again, "a retry returns the first answer")
 	st, _ := h.f.Pool("p")
 	assert.Equal(t, 1, st.Used, "and allocates nothing more")
 	other := h.one(&Request{Kind: KindTxn, ID: "k1", Ops: []Op{alloc("p", "", "someone-else")}})
@@ -245,7 +245,7 @@ func TestIdempotentRequests(t *testing.T) {
 	f1 := h.one(&Request{Kind: KindTxn, ID: "k2", Ops: []Op{alloc("p", "1", "o")}})
 	require.NotNil(t, f1.Err)
 	f2 := h.one(&Request{Kind: KindTxn, ID: "k2", Ops: []Op{alloc("p", "1", "o")}})
-	assert.Same(t, f1, f2)
+	assert.Equal(t, f1, f2)
 }
 
 func TestRequestTableEviction(t *testing.T) {
@@ -371,7 +371,7 @@ func TestModel(t *testing.T) {
 					}
 					if prev, ok := seen[req.ID]; ok {
 						if fps[req.ID] == req.Fingerprint() {
-							require.Same(t, prev, res, "request %s retried returns its first answer", req.ID)
+							require.Equal(t, prev, res, "request %s retried returns its first answer", req.ID)
 						} else {
 							require.NotNil(t, res.Err)
 							require.Equal(t, CodeIdempotencyKeyReused, res.Err.Code, "request %s reused for another body", req.ID)

@@ -8,11 +8,14 @@ const RequestTableSize = 100_000
 type requestEntry struct {
 	id     string
 	fp     uint64
-	result *Result
+	index  uint64 // of the entry that carried the request
+	result []byte // EncodeResult's form: a retry is rare, memory is not
 }
 
-// requestTable remembers the Result of the most recent requests by ID.
-// Results are immutable once stored, so copies share them.
+// requestTable remembers the result of the most recent requests by ID, in
+// encoded form (about a third of the memory of the structs, and no second
+// copy of the owner strings). Entries are immutable once stored, so copies
+// share them.
 type requestTable struct {
 	byID  map[string]*requestEntry
 	queue []*requestEntry // log order; queue[head:] are live

@@ -101,8 +101,16 @@ func EncodeResult(r *Result) []byte {
 }
 
 // DecodeResult reverses EncodeResult.
-func DecodeResult(b []byte) (*Result, error) {
-	d := decoder{b: b}
+func DecodeResult(b []byte) (*Result, error) { return decodeResult(b, false) }
+
+// validResult reports whether b decodes, without building the strings.
+func validResult(b []byte) error {
+	_, err := decodeResult(b, true)
+	return err
+}
+
+func decodeResult(b []byte, check bool) (*Result, error) {
+	d := decoder{b: b, check: check}
 	r := &Result{Index: d.uvarint(), Created: d.bool()}
 	if d.u8() == 1 {
 		r.Err = &Error{Code: Code(d.str(maxField)), Message: d.str(maxField), Op: int(d.uvarint()) - 1, Owner: d.str(maxField)}

@@ -59,8 +59,7 @@ func (s *state) export() *snapshot.State {
 		out.Pools = append(out.Pools, sp)
 	}
 	for _, e := range s.requests.entries() {
-		out.Requests = append(out.Requests, snapshot.Request{ID: e.id, Index: e.result.Index, Fingerprint: e.fp,
-			Result: EncodeResult(e.result)})
+		out.Requests = append(out.Requests, snapshot.Request{ID: e.id, Index: e.index, Fingerprint: e.fp, Result: e.result})
 	}
 	for _, m := range s.members {
 		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
@@ -120,11 +119,10 @@ func importState(ss *snapshot.State) (*state, error) {
 		s.pools[sp.Name] = p
 	}
 	for _, sr := range ss.Requests {
-		res, err := DecodeResult(sr.Result)
-		if err != nil {
+		if err := validResult(sr.Result); err != nil {
 			return nil, fmt.Errorf("snapshot: request %q: %w", sr.ID, err)
 		}
-		s.requests.put(&requestEntry{id: sr.ID, fp: sr.Fingerprint, result: res})
+		s.requests.put(&requestEntry{id: sr.ID, fp: sr.Fingerprint, index: sr.Index, result: sr.Result})
 	}
 	for _, m := range ss.Members {
 		s.members[m.ID] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr}

@@ -29,7 +29,11 @@ func (s *state) apply(index uint64, r *Request) *Result {
 		fp = r.Fingerprint()
 		if prev := s.requests.get(r.ID); prev != nil {
 			if prev.fp == fp {
-				return prev.result
+				res, err := DecodeResult(prev.result)
+				if err != nil { // only a bug can get here: the bytes are ours
+					return &Result{Index: index, Err: errorf(CodeInvalidArgument, "remembered result of %q: %v", r.ID, err)}
+				}
+				return res
 			}
 			return &Result{Index: index, Err: errorf(CodeIdempotencyKeyReused,
 				"request ID %q was used before for a different request", r.ID)}
@@ -38,7 +42,7 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	res := s.execute(index, r)
 	res.Index = index
 	if r.ID != "" {
-		s.requests.put(&requestEntry{id: r.ID, fp: fp, result: res})
+		s.requests.put(&requestEntry{id: r.ID, fp: fp, index: index, result: EncodeResult(res)})
 	}
 	return res
 }
