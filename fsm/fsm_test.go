@@ -271,6 +271,29 @@ func TestRequestTableEviction(t *testing.T) {
 	}
 }
 
+// TestRequestTableByteBound: large results are evicted by total size, so a
+// stream of count allocations cannot grow the table without bound.
+func TestRequestTableByteBound(t *testing.T) {
+	tab := newRequestTable()
+	big := make([]byte, 200_000) // about one count=4096 result
+	n := RequestTableBytes/len(big) + 10
+	for i := 0; i < n; i++ {
+		tab.put(&requestEntry{id: fmt.Sprintf("c-%d", i), result: big})
+		require.LessOrEqual(t, tab.bytes, RequestTableBytes, "after %d puts", i+1)
+	}
+	assert.Nil(t, tab.get("c-0"), "the oldest large result was evicted")
+	assert.NotNil(t, tab.get(fmt.Sprintf("c-%d", n-1)), "the newest is remembered")
+	live := 0
+	for _, e := range tab.entries() {
+		live += e.size()
+	}
+	assert.Equal(t, live, tab.bytes, "bytes always equals the size of the live entries")
+	huge := &requestEntry{id: "huge", result: make([]byte, RequestTableBytes+1)}
+	tab.put(huge)
+	assert.Same(t, huge, tab.get("huge"), "one entry larger than the budget is still remembered")
+	assert.Equal(t, 1, tab.len())
+}
+
 func TestUndecodableEntryStopsTheNode(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"unknown type": {9, 0},

@@ -1,9 +1,16 @@
 package fsm
 
-// RequestTableSize is how many requests the state machine remembers, the
-// oldest evicted first in log order. It is part of the replicated state's
-// definition: every replica must use the same number.
-const RequestTableSize = 100_000
+// The request table remembers the RequestTableSize most recent requests,
+// and fewer when their encoded results exceed RequestTableBytes in total;
+// the oldest are evicted first, in log order. A single allocation's result
+// is about 60 bytes, so the byte bound only bites with large count
+// allocations (about 200 KB each at count 4096), where it keeps a node's
+// memory bounded. Both numbers are part of the replicated state's
+// definition: every replica must use the same.
+const (
+	RequestTableSize  = 100_000
+	RequestTableBytes = 256 << 20
+)
 
 type requestEntry struct {
 	id     string
@@ -20,7 +27,10 @@ type requestTable struct {
 	byID  map[string]*requestEntry
 	queue []*requestEntry // log order; queue[head:] are live
 	head  int
+	bytes int // the size of the live entries' IDs and results
 }
+
+func (e *requestEntry) size() int { return len(e.id) + len(e.result) }
 
 func newRequestTable() *requestTable {
 	return &requestTable{byID: make(map[string]*requestEntry)}
@@ -34,10 +44,12 @@ func (t *requestTable) len() int { return len(t.queue) - t.head }
 func (t *requestTable) put(e *requestEntry) {
 	t.byID[e.id] = e
 	t.queue = append(t.queue, e)
-	for t.len() > RequestTableSize {
+	t.bytes += e.size()
+	for t.len() > RequestTableSize || (t.bytes > RequestTableBytes && t.len() > 1) {
 		old := t.queue[t.head]
 		t.queue[t.head] = nil
 		t.head++
+		t.bytes -= old.size()
 		if t.byID[old.id] == old {
 			delete(t.byID, old.id)
 		}
@@ -52,7 +64,7 @@ func (t *requestTable) put(e *requestEntry) {
 func (t *requestTable) entries() []*requestEntry { return t.queue[t.head:] }
 
 func (t *requestTable) clone() *requestTable {
-	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), queue: append([]*requestEntry(nil), t.entries()...)}
+	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), queue: append([]*requestEntry(nil), t.entries()...), bytes: t.bytes}
 	for _, e := range c.queue {
 		c.byID[e.id] = e
 	}
