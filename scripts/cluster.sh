@@ -19,7 +19,7 @@ mkdir -p "$DATA"
 for i in 1 2 3; do
   http=$((7078 + 2*i)); raft=$((7079 + 2*i))
   "$BIN" server --id "n$i" --data-dir "$DATA/n$i" --http-addr "127.0.0.1:$http" --raft-addr "127.0.0.1:$raft" \
-    --peers "$PEERS" --log-level "${LOG_LEVEL:-warn}" 2> "$DATA/n$i.log" &
+    --peers "$PEERS" --log-level "${LOG_LEVEL:-warn}" ${EXTRA_FLAGS:-} 2> "$DATA/n$i.log" &
   pids+=($!)
 done
 for _ in $(seq 50); do

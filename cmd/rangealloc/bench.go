@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/spf13/cobra"
 )
@@ -53,8 +54,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 latency and errors, with a progress line every second.
 
 --mix weighs the operations: allocate (dynamic), release (of a value this
-client allocated), get. Each client keeps the values it allocated and
-releases them, so a long run does not fill the pool.`,
+client allocated; with --count, of as many values in one transaction), get.
+VALUES/S counts allocated values. Each client releases what it still holds
+when the run ends, off the clock, so runs do not fill the pool.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
   rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
   rangealloc bench --mix allocate=50,release=40,get=10`,
@@ -69,6 +71,24 @@ releases them, so a long run does not fill the pool.`,
 	fl.IntVar(&f.count, "count", 1, "values per allocate (1-4096)")
 	fl.StringVar(&f.nodes, "nodes", "", `"all": spread clients over every member's API; or a comma list of HTTP addresses (default: --addr)`)
 	return cmd
+}
+
+// cleanup releases what a client still holds, off the clock, so that runs
+// do not fill the pool.
+func cleanup(ctx context.Context, c *client.Client, pool, owner string, held []string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for len(held) > 0 {
+		k := min(4096, len(held))
+		ops := make([]api.TxnOp, k)
+		for j, v := range held[len(held)-k:] {
+			ops[j] = api.TxnOp{Op: "release", Pool: pool, Value: v, Owner: owner}
+		}
+		if _, err := c.Txn(ctx, ops, client.Options{}); err != nil {
+			return
+		}
+		held = held[:len(held)-k]
+	}
 }
 
 type mixWeights struct{ alloc, release, get int }
@@ -177,12 +197,23 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 						}
 						n = int64(len(as))
 					}
+				case pick < mix.alloc+mix.release && f.count > 1:
+					// Free a batch as large as an allocation, in one transaction.
+					k := min(f.count, len(held))
+					ops := make([]api.TxnOp, k)
+					for j, v := range held[len(held)-k:] {
+						ops[j] = api.TxnOp{Op: "release", Pool: f.pool, Value: v, Owner: owner}
+					}
+					held = held[:len(held)-k]
+					_, err = c.Txn(runCtx, ops, client.Options{})
+					n = 0
 				case pick < mix.alloc+mix.release:
 					k := rng.IntN(len(held))
 					v := held[k]
 					held[k] = held[len(held)-1]
 					held = held[:len(held)-1]
 					_, err = c.Release(runCtx, f.pool, v, owner, client.Options{})
+					n = 0
 				default:
 					if len(held) > 0 {
 						_, _, err = c.Get(runCtx, f.pool, held[rng.IntN(len(held))], client.Options{})
@@ -203,6 +234,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 				ops.Add(1)
 				values.Add(n)
 			}
+			cleanup(ctx, c, f.pool, owner, held)
 		}(i)
 	}
 	done := make(chan struct{})

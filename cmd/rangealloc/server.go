@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // served only with --pprof
 	"net/netip"
 	"os"
 	"os/signal"
@@ -25,6 +26,7 @@ type serverFlags struct {
 	peers, join, serviceCIDR, nodePortRange           string
 	logLevel                                          string
 	logJSON                                           bool
+	pprof                                             bool
 	tuning                                            node.Config // Raft and snapshot tuning
 }
 
@@ -65,6 +67,7 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.StringVar(&f.nodePortRange, "node-port-range", "30000-32767", "NodePort range first-last")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP address")
 	f.tuning = node.DefaultConfig()
 	fl.DurationVar(&f.tuning.HeartbeatTimeout, "heartbeat-timeout", f.tuning.HeartbeatTimeout, "Raft heartbeat timeout (advanced)")
 	fl.DurationVar(&f.tuning.ElectionTimeout, "election-timeout", f.tuning.ElectionTimeout, "Raft election timeout (advanced)")
@@ -72,6 +75,7 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.Uint64Var(&f.tuning.SnapshotThreshold, "snapshot-threshold", f.tuning.SnapshotThreshold, "new log entries that trigger a snapshot (advanced)")
 	fl.DurationVar(&f.tuning.SnapshotInterval, "snapshot-interval", f.tuning.SnapshotInterval, "how often to check whether to snapshot (advanced)")
 	fl.Uint64Var(&f.tuning.TrailingLogs, "trailing-logs", f.tuning.TrailingLogs, "log entries kept after a snapshot (advanced)")
+	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	return cmd
 }
 
@@ -162,7 +166,14 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return err
 	}
 	metrics.WatchPools(n.LocalState())
-	srv := &http.Server{Handler: api.NewServer(n, api.Options{Logger: logger, Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics})
+	if f.pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/debug/pprof/", http.DefaultServeMux) // net/http/pprof registers there
+		mux.Handle("/", handler)
+		handler = mux
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("serving", "id", n.ID(), "http", ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir)
