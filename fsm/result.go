@@ -95,7 +95,13 @@ func encodeResult(e *encoder, r *Result) {
 
 // EncodeResult returns the binary form of r, as stored in snapshots.
 func EncodeResult(r *Result) []byte {
-	e := encoder{}
+	size := 32
+	for _, op := range r.Ops {
+		for _, a := range op {
+			size += len(a.Pool) + len(a.Value) + len(a.Owner) + 8
+		}
+	}
+	e := encoder{b: make([]byte, 0, size)}
 	encodeResult(&e, r)
 	return e.b
 }

@@ -115,7 +115,7 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	if len(r.Ops) == 0 || len(r.Ops) > MaxOps {
 		return &Result{Err: errorf(CodeInvalidArgument, "a transaction takes 1 to %d operations, got %d", MaxOps, len(r.Ops))}
 	}
-	var undos []undo
+	undos := make([]undo, 0, len(r.Ops))
 	out := make([][]Allocation, len(r.Ops))
 	rnd := r.Seed
 	for i, op := range r.Ops {
