@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -115,9 +116,27 @@ func (srv *Server) routes() {
 	if srv.metrics != nil {
 		m.Handle("GET /metrics", srv.metrics.Handler())
 	}
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
-	})
+	m.HandleFunc("/", srv.notFound)
+}
+
+// notFound answers a path the API does not have (404), or a method the
+// path does not take (405, with Allow).
+func (srv *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := srv.mux.Handler(probe); pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, &apiError{http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			fmt.Sprintf("%s %s: this path takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))})
+		return
+	}
+	writeError(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 }
 
 // ServeHTTP serves a request, stamping X-Rangealloc-Served-By and timing it.

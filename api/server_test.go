@@ -56,8 +56,8 @@ func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
 	vreq := req.Clone(context.Background())
 	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
 	route, params, err := v.router.FindRoute(vreq)
-	if err != nil && resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), `"NotFound"`) {
-		return resp, nil // a deliberate probe of a path the API does not have
+	if err != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
+		return resp, nil // a deliberate probe of a path or method the API does not have
 	}
 	if err != nil {
 		v.t.Errorf("%s %s: not in the OpenAPI document: %v", req.Method, req.URL.Path, err)
@@ -395,4 +395,7 @@ func TestOperations(t *testing.T) {
 	require.NoError(t, e.c.Restore(ctx(t), data), "a backup restores")
 	status, c, _ := e.raw(t, "GET", "/v1/nothing", "", nil)
 	assert.Equal(t, []any{404, "NotFound"}, []any{status, c})
+	status, c, body = e.raw(t, "PATCH", "/v1/pools/nodeport", "", nil)
+	assert.Equal(t, []any{405, "MethodNotAllowed"}, []any{status, c}, "%s", body)
+	assert.Contains(t, string(body), "GET, PUT, DELETE")
 }

@@ -22,8 +22,8 @@ for i in 1 2 3; do
     --peers "$PEERS" --log-level "${LOG_LEVEL:-warn}" ${EXTRA_FLAGS:-} 2> "$DATA/n$i.log" &
   pids+=($!)
 done
-for _ in $(seq 50); do
-  "$BIN" cluster --addr http://127.0.0.1:7080 >/dev/null 2>&1 && break
+for _ in $(seq 100); do # until a leader is known and has written the members' rows
+  "$BIN" cluster --addr http://127.0.0.1:7080 -o json 2>/dev/null | grep -q '"apiAddr": "127' && break
   sleep 0.2
 done
 "$BIN" cluster --addr http://127.0.0.1:7080 || true
