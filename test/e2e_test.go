@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,6 +310,13 @@ func TestCLI(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "nodeport")
+	// /metrics carries the pool gauges and Raft's own metrics.
+	resp, err := http.Get(addr + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), `rangealloc_pool_allocated{pool="nodeport"}`)
+	assert.Contains(t, string(body), "rangealloc_raft_", "hashicorp/raft's metrics are exported")
 	// --help helps.
 	stdout, _, code = rangealloc(t, addr, "allocate", "--help")
 	assert.Equal(t, 0, code)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/node"
@@ -156,6 +158,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	metrics := api.NewMetrics()
 	cfg.OnApply, cfg.OnCommit = metrics.ObserveApply, metrics.ObserveCommit
+	if err := exportRaftMetrics(metrics); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
 		return fmt.Errorf("--http-addr: %w", err)
@@ -193,6 +198,20 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	return err
+}
+
+// exportRaftMetrics sends hashicorp/raft's own metrics (go-metrics, one
+// global per process) to the node's Prometheus registry, as
+// rangealloc_raft_*.
+func exportRaftMetrics(m *api.Metrics) error {
+	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: m.Registry(), Expiration: 5 * time.Minute})
+	if err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+	conf := gometrics.DefaultConfig("rangealloc")
+	conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
+	_, err = gometrics.NewGlobal(conf, sink)
 	return err
 }
 
