@@ -141,6 +141,13 @@ func benchTargets(ctx context.Context, g *globals, nodes string) ([]string, erro
 	return strings.Split(nodes, ","), nil
 }
 
+// benchStats collects what the bench clients measured.
+type benchStats struct {
+	ops, values, errs atomic.Int64
+	firstErr          atomic.Value
+	lats              [][]time.Duration // one slice per client: no lock needed
+}
+
 func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	mix, err := parseMix(f.mix)
 	if err != nil {
@@ -154,14 +161,8 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: f.clients, MaxConnsPerHost: 0}}
-	clients := make([]*client.Client, len(targets))
-	for i, t := range targets {
-		clients[i] = client.New(t, hc)
-	}
-	var ops, values, errs atomic.Int64
-	lats := make([][]time.Duration, f.clients)
-	var firstErr atomic.Value
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: f.clients}}
+	st := &benchStats{lats: make([][]time.Duration, f.clients)}
 	runCtx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
 	start := time.Now()
@@ -170,93 +171,104 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c := clients[i%len(clients)]
-			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
-			var held []string
-			owner := fmt.Sprintf("bench-%d", i)
-			total := mix.alloc + mix.release + mix.get
-			for runCtx.Err() == nil {
-				pick := rng.IntN(total)
-				t0 := time.Now()
-				var err error
-				n := int64(1)
-				switch {
-				case pick < mix.alloc || (pick < mix.alloc+mix.release && len(held) == 0):
-					if f.count == 1 {
-						var a struct{ Value string }
-						al, _, e := c.Allocate(runCtx, f.pool, "", owner, client.Options{})
-						a.Value, err = al.Value, e
-						if err == nil {
-							held = append(held, a.Value)
-						}
-					} else {
-						as, _, e := c.AllocateCount(runCtx, f.pool, owner, f.count, client.Options{})
-						err = e
-						for _, a := range as {
-							held = append(held, a.Value)
-						}
-						n = int64(len(as))
-					}
-				case pick < mix.alloc+mix.release && f.count > 1:
-					// Free a batch as large as an allocation, in one transaction.
-					k := min(f.count, len(held))
-					ops := make([]api.TxnOp, k)
-					for j, v := range held[len(held)-k:] {
-						ops[j] = api.TxnOp{Op: "release", Pool: f.pool, Value: v, Owner: owner}
-					}
-					held = held[:len(held)-k]
-					_, err = c.Txn(runCtx, ops, client.Options{})
-					n = 0
-				case pick < mix.alloc+mix.release:
-					k := rng.IntN(len(held))
-					v := held[k]
-					held[k] = held[len(held)-1]
-					held = held[:len(held)-1]
-					_, err = c.Release(runCtx, f.pool, v, owner, client.Options{})
-					n = 0
-				default:
-					if len(held) > 0 {
-						_, _, err = c.Get(runCtx, f.pool, held[rng.IntN(len(held))], client.Options{})
-					} else {
-						_, err = c.Pool(runCtx, f.pool, client.Options{})
-					}
-					n = 0
-				}
-				if runCtx.Err() != nil {
-					break
-				}
-				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				lats[i] = append(lats[i], time.Since(t0))
-				ops.Add(1)
-				values.Add(n)
-			}
-			cleanup(ctx, c, f.pool, owner, held)
+			c := client.New(targets[i%len(targets)], hc)
+			held := benchClient(runCtx, c, f, mix, i, rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano()))), st)
+			cleanup(ctx, c, f.pool, benchOwner(i), held)
 		}(i)
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	progress(cmd, start, st, done)
+	return report(cmd, g, f, len(targets), time.Since(start), st)
+}
+
+func benchOwner(i int) string { return fmt.Sprintf("bench-%d", i) }
+
+// benchClient issues operations until ctx ends and returns the values it
+// still holds.
+func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWeights, i int, rng *rand.Rand, st *benchStats) []string {
+	var held []string
+	owner, total := benchOwner(i), mix.alloc+mix.release+mix.get
+	for ctx.Err() == nil {
+		pick := rng.IntN(total)
+		t0 := time.Now()
+		var err error
+		n := int64(0)
+		switch {
+		case pick < mix.alloc || (pick < mix.alloc+mix.release && len(held) == 0):
+			var as []api.Allocation
+			if f.count == 1 {
+				var a api.Allocation
+				a, _, err = c.Allocate(ctx, f.pool, "", owner, client.Options{})
+				as = []api.Allocation{a}
+			} else {
+				as, _, err = c.AllocateCount(ctx, f.pool, owner, f.count, client.Options{})
+			}
+			if err == nil {
+				for _, a := range as {
+					held = append(held, a.Value)
+				}
+				n = int64(len(as))
+			}
+		case pick < mix.alloc+mix.release:
+			// Free as many values as an allocation takes: with --count, in one transaction.
+			k := min(f.count, len(held))
+			if k == 1 {
+				j := rng.IntN(len(held))
+				held[j], held[len(held)-1] = held[len(held)-1], held[j]
+			}
+			ops := make([]api.TxnOp, k)
+			for j, v := range held[len(held)-k:] {
+				ops[j] = api.TxnOp{Op: "release", Pool: f.pool, Value: v, Owner: owner}
+			}
+			held = held[:len(held)-k]
+			if k == 1 {
+				_, err = c.Release(ctx, f.pool, ops[0].Value, owner, client.Options{})
+			} else {
+				_, err = c.Txn(ctx, ops, client.Options{})
+			}
+		case len(held) > 0:
+			_, _, err = c.Get(ctx, f.pool, held[rng.IntN(len(held))], client.Options{})
+		default:
+			_, err = c.Pool(ctx, f.pool, client.Options{})
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			st.errs.Add(1)
+			st.firstErr.CompareAndSwap(nil, err.Error())
+			continue
+		}
+		st.lats[i] = append(st.lats[i], time.Since(t0))
+		st.ops.Add(1)
+		st.values.Add(n)
+	}
+	return held
+}
+
+// progress prints a line a second to stderr until done closes.
+func progress(cmd *cobra.Command, start time.Time, st *benchStats, done <-chan struct{}) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var lastOps int64
-progress:
+	var last int64
 	for {
 		select {
 		case <-done:
-			break progress
+			fmt.Fprintln(cmd.ErrOrStderr())
+			return
 		case <-tick.C:
-			o := ops.Load()
-			fmt.Fprintf(cmd.ErrOrStderr(), "\r%5.0fs  %8d ops  %8d ops/s  %6d errors", time.Since(start).Seconds(), o, o-lastOps, errs.Load())
-			lastOps = o
+			o := st.ops.Load()
+			fmt.Fprintf(cmd.ErrOrStderr(), "\r%5.0fs  %8d ops  %8d ops/s  %6d errors", time.Since(start).Seconds(), o, o-last, st.errs.Load())
+			last = o
 		}
 	}
-	fmt.Fprintln(cmd.ErrOrStderr())
-	elapsed := time.Since(start).Seconds()
+}
+
+// report prints the totals and latency percentiles.
+func report(cmd *cobra.Command, g *globals, f *benchFlags, nodes int, elapsed time.Duration, st *benchStats) error {
 	var all []time.Duration
-	for _, l := range lats {
+	for _, l := range st.lats {
 		all = append(all, l...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
@@ -266,10 +278,11 @@ progress:
 		}
 		return float64(all[int(p*float64(len(all)-1))]) / float64(time.Millisecond)
 	}
-	res := benchResult{Ops: ops.Load(), Values: values.Load(), Errors: errs.Load(), Seconds: elapsed,
-		OpsPerSec: float64(ops.Load()) / elapsed, ValPerSec: float64(values.Load()) / elapsed,
-		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: len(targets), Clients: f.clients, Mix: f.mix, Count: f.count}
-	if e, ok := firstErr.Load().(string); ok {
+	secs := elapsed.Seconds()
+	res := benchResult{Ops: st.ops.Load(), Values: st.values.Load(), Errors: st.errs.Load(), Seconds: secs,
+		OpsPerSec: float64(st.ops.Load()) / secs, ValPerSec: float64(st.values.Load()) / secs,
+		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: nodes, Clients: f.clients, Mix: f.mix, Count: f.count}
+	if e, ok := st.firstErr.Load().(string); ok {
 		fmt.Fprintf(cmd.ErrOrStderr(), "first error: %s\n", e)
 	}
 	return g.print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {

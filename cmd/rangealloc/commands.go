@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -342,11 +341,4 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
-}
-
-func atoiOr(s string, d int) int {
-	if n, err := strconv.Atoi(s); err == nil {
-		return n
-	}
-	return d
 }
