@@ -191,9 +191,14 @@ func (n *Node) serveRPC(srv *rpc.Server) {
 			return
 		}
 		n.goFunc(func() {
-			go func() { // close the connection when the node closes
-				<-n.shutdown
-				conn.Close()
+			done := make(chan struct{})
+			defer close(done)
+			go func() { // close the connection if the node closes first
+				select {
+				case <-n.shutdown:
+					conn.Close()
+				case <-done:
+				}
 			}()
 			srv.ServeConn(conn)
 		})
