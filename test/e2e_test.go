@@ -317,6 +317,11 @@ func TestCLI(t *testing.T) {
 	resp.Body.Close()
 	assert.Contains(t, string(body), `rangealloc_pool_allocated{pool="nodeport"}`)
 	assert.Contains(t, string(body), "rangealloc_raft_", "hashicorp/raft's metrics are exported")
+	// No server at --addr: a message that says what to do.
+	_, stderr, code = rangealloc(t, "http://"+freePort(t), "pools")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "cannot reach rangealloc at")
+	assert.Contains(t, stderr, "Is a server running there?")
 	// --help helps.
 	stdout, _, code = rangealloc(t, addr, "allocate", "--help")
 	assert.Equal(t, 0, code)

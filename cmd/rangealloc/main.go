@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -17,9 +18,15 @@ func main() {
 	root := newRoot()
 	if err := root.Execute(); err != nil {
 		var ae *client.Error
-		if errors.As(err, &ae) {
+		var ue *url.Error
+		switch {
+		case errors.As(err, &ae):
 			fmt.Fprintf(os.Stderr, "Error: %s: %s\n", ae.Code, ae.Message)
-		} else {
+		case errors.As(err, &ue):
+			fmt.Fprintf(os.Stderr, "Error: cannot reach rangealloc at %s: %v\n"+
+				"Is a server running there? Start one with 'rangealloc server', or point --addr (RANGEALLOC_ADDR) at one.\n",
+				ue.URL, ue.Err)
+		default:
 			fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		}
 		os.Exit(1)
