@@ -104,6 +104,7 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 
 type (
 	wireErr      = wire.Error
+	submitArgs   = wire.SubmitArgs
 	submitReply  = wire.SubmitReply
 	readRPCReply = wire.ReadRPCReply
 	callReply    = wire.CallReply
@@ -146,14 +147,18 @@ func fromWireErr(w *wireErr) error {
 // forwardSubmit proposes a request through the leader at addr.
 func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
 	var reply submitReply
-	sent, err := n.fwd.call(ctx, addr, "Submit", req, &reply)
+	sent, err := n.fwd.call(ctx, addr, "Submit", &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req})}, &reply)
 	if err != nil {
 		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
 	}
 	if reply.Err != nil {
 		return outcome{err: fromWireErr(reply.Err), definite: reply.Err.NotLeader}
 	}
-	return outcome{res: reply.Result}
+	res, err := fsm.DecodeResult(reply.Result)
+	if err != nil {
+		return outcome{err: fmt.Errorf("leader %s sent an undecodable result: %w", addr, err)}
+	}
+	return outcome{res: res}
 }
 
 // forwardRead runs a read on the leader at addr.
@@ -225,16 +230,22 @@ func (s *rpcService) leaderOnly() *wireErr {
 }
 
 // Submit proposes a forwarded request.
-func (s *rpcService) Submit(req *fsm.Request, reply *submitReply) error {
+func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 	if reply.Err = s.leaderOnly(); reply.Err != nil {
 		return nil
 	}
+	reqs, err := fsm.DecodeEntry(args.Entry)
+	if err != nil || len(reqs) != 1 {
+		reply.Err = &wireErr{Domain: &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf("forwarded entry: want one request, got %d (%v)", len(reqs), err)}}
+		return nil
+	}
+	req := reqs[0]
 	ctx, cancel := s.ctx()
 	defer cancel()
 	o := s.n.propose(ctx, req)
 	switch {
 	case o.err == nil:
-		reply.Result = o.res
+		reply.Result = fsm.EncodeResult(o.res)
 	case o.definite:
 		reply.Err = &wireErr{NotLeader: true, Msg: o.err.Error()}
 	default:

@@ -40,9 +40,15 @@ type Error struct {
 	Msg       string
 }
 
-// SubmitReply answers Node.Submit.
+// SubmitArgs carries one request to the leader, in the log entry form
+// (fsm.EncodeBatch of one request): compact, and no reflection.
+type SubmitArgs struct {
+	Entry []byte
+}
+
+// SubmitReply answers Node.Submit; Result is fsm.EncodeResult's form.
 type SubmitReply struct {
-	Result *fsm.Result
+	Result []byte
 	Err    *Error
 }
 
