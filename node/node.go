@@ -115,21 +115,9 @@ func (n *Node) start() error {
 	if cfg.WrapTransport != nil {
 		trans = cfg.WrapTransport(trans)
 	}
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true,
-			FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return fmt.Errorf("open raft.db (is another node using %s?): %w", cfg.DataDir, err)
-	}
-	logs, err := raft.NewLogCache(1024, n.store)
+	logs, snaps, err := n.openStores()
 	if err != nil {
 		return err
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("snapshot store: %w", err)
 	}
 	hasState, err := raft.HasExistingState(logs, n.store, snaps)
 	if err != nil {
@@ -166,6 +154,30 @@ func (n *Node) start() error {
 	}
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", hasState)
 	return nil
+}
+
+// openStores opens the Raft log and stable store (raft-boltdb with fsync
+// on, no freelist sync, the hashmap freelist) behind a log cache, and the
+// snapshot store keeping two snapshots.
+func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
+	var err error
+	n.store, err = raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(n.cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true,
+			FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open raft.db (is another node using %s?): %w", n.cfg.DataDir, err)
+	}
+	logs, err := raft.NewLogCache(1024, n.store)
+	if err != nil {
+		return nil, nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	return logs, snaps, nil
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed

@@ -1,0 +1,308 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+)
+
+// serveRead runs a read at the request's consistency and writes its answer.
+func (srv *Server) serveRead(w http.ResponseWriter, r *http.Request, read func(context.Context, node.Consistency) (any, error)) {
+	c, err := consistency(w, r, srv.s)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	v, err := read(ctx, c)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (srv *Server) listPools(w http.ResponseWriter, r *http.Request) {
+	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
+		ps, err := srv.s.Pools(ctx, c)
+		out := PoolList{Pools: make([]Pool, 0, len(ps))}
+		for _, p := range ps {
+			out.Pools = append(out.Pools, toPool(p))
+		}
+		return out, err
+	})
+}
+
+func (srv *Server) createPool(w http.ResponseWriter, r *http.Request) {
+	var req CreatePoolRequest
+	key, err := idempotencyKey(r)
+	if err == nil {
+		err = decode(w, r, &req, false)
+	}
+	if err == nil && req.Range == "" {
+		err = badRequest(`"range" is required: a CIDR such as "10.96.0.0/16" or a port range such as "30000-32767"`)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	st, created, err := srv.s.CreatePool(ctx, r.PathValue("name"), req.Range, key)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, toPool(st))
+}
+
+func (srv *Server) getPool(w http.ResponseWriter, r *http.Request) {
+	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
+		st, err := srv.s.Pool(ctx, c, r.PathValue("name"))
+		if err != nil {
+			return nil, err
+		}
+		return toPool(st), nil
+	})
+}
+
+func (srv *Server) deletePool(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if err := srv.s.DeletePool(ctx, r.PathValue("name"), key); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (srv *Server) rangeAllocation(w http.ResponseWriter, r *http.Request) {
+	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
+		name := r.PathValue("name")
+		rng, data, err := srv.s.RangeAllocation(ctx, c, name)
+		return RangeAllocation{APIVersion: "v1", Kind: "RangeAllocation", Metadata: ObjectMetadata{Name: name}, Range: rng, Data: data}, err
+	})
+}
+
+func (srv *Server) allocate(w http.ResponseWriter, r *http.Request) {
+	var req AllocateRequest
+	key, err := idempotencyKey(r)
+	if err == nil {
+		err = decode(w, r, &req, false)
+	}
+	count := 0
+	if err == nil && req.Count != nil {
+		count = *req.Count
+		switch {
+		case count < 1 || count > fsm.MaxCount:
+			err = badRequest(fmt.Sprintf(`"count" must be 1 to %d, got %d`, fsm.MaxCount, count))
+		case req.Value != "":
+			err = badRequest(`"count" is for dynamic allocations: leave "value" out`)
+		}
+	}
+	pool := r.PathValue("name")
+	scope := "dynamic"
+	if req.Value != "" {
+		scope = "static"
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	allocs, err := srv.s.Allocate(ctx, pool, req.Value, req.Owner, count, key)
+	srv.metrics.countAllocation(pool, scope, err)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Count != nil {
+		writeJSON(w, http.StatusCreated, AllocationList{Allocations: toAllocations(allocs)})
+		return
+	}
+	writeJSON(w, http.StatusCreated, toAllocation(allocs[0]))
+}
+
+func (srv *Server) getAllocation(w http.ResponseWriter, r *http.Request) {
+	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
+		a, err := srv.s.Get(ctx, c, r.PathValue("name"), r.PathValue("value"))
+		return toAllocation(a), err
+	})
+}
+
+func (srv *Server) listAllocations(w http.ResponseWriter, r *http.Request) {
+	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
+		q := r.URL.Query()
+		limit := DefaultLimit
+		if q.Has("limit") {
+			var err error
+			if limit, err = strconv.Atoi(q.Get("limit")); err != nil || limit < 1 || limit > MaxLimit {
+				return nil, badRequest(fmt.Sprintf("limit %q: want 1 to %d", q.Get("limit"), MaxLimit))
+			}
+		}
+		allocs, next, err := srv.s.List(ctx, c, r.PathValue("name"), q.Get("owner"), q.Get("after"), limit)
+		return AllocationList{Allocations: toAllocations(allocs), Next: &next}, err
+	})
+}
+
+func (srv *Server) release(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if _, err := srv.s.Release(ctx, r.PathValue("name"), r.PathValue("value"), r.URL.Query().Get("owner"), key); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
+	var req TxnRequest
+	key, err := idempotencyKey(r)
+	if err == nil {
+		err = decode(w, r, &req, false)
+	}
+	if err == nil && (len(req.Ops) == 0 || len(req.Ops) > fsm.MaxOps) {
+		err = badRequest(fmt.Sprintf(`"ops" must hold 1 to %d operations, got %d`, fsm.MaxOps, len(req.Ops)))
+	}
+	ops := make([]fsm.Op, len(req.Ops))
+	for i, op := range req.Ops {
+		if err != nil {
+			break
+		}
+		switch op.Op {
+		case "allocate":
+			ops[i] = fsm.Op{Kind: fsm.OpAllocate, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
+		case "release":
+			ops[i] = fsm.Op{Kind: fsm.OpRelease, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
+		default:
+			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: i, Message: fmt.Sprintf(`ops[%d]: "op" must be "allocate" or "release", got %q`, i, op.Op)}
+		}
+	}
+	if err != nil {
+		writeErrorOp(w, err, true)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	res, err := srv.s.Txn(ctx, ops, key)
+	if err != nil {
+		writeErrorOp(w, err, true)
+		return
+	}
+	out := TxnResults{Results: make([]Allocation, 0, len(res))}
+	for _, as := range res {
+		out.Results = append(out.Results, toAllocation(as[0]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (srv *Server) cluster(w http.ResponseWriter, _ *http.Request) {
+	st, err := srv.s.Cluster()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := ClusterStatus{ID: st.ID, Leader: ClusterLeader{ID: st.LeaderID, APIAddr: st.LeaderAPI}, Term: st.Term,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: []ClusterMember{}}
+	for _, m := range st.Members {
+		out.Members = append(out.Members, ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (srv *Server) addMember(w http.ResponseWriter, r *http.Request) {
+	var req MemberRequest
+	if err := decode(w, r, &req, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.ID == "" || req.RaftAddr == "" {
+		writeError(w, badRequest(`"id" and "raftAddr" are required`))
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if err := srv.s.AddMember(ctx, fsm.Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr}); err != nil {
+		writeError(w, err)
+		return
+	}
+	srv.cluster(w, r)
+}
+
+func (srv *Server) removeMember(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if err := srv.s.RemoveMember(ctx, r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (srv *Server) transfer(w http.ResponseWriter, r *http.Request) {
+	var req TransferRequest
+	if err := decode(w, r, &req, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if err := srv.s.TransferLeadership(ctx, req.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	srv.cluster(w, r)
+}
+
+func (srv *Server) backup(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*srv.opts.Timeout)
+	defer cancel()
+	var buf bytes.Buffer
+	if err := srv.s.Backup(ctx, &buf); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="rangealloc.snap"`)
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (srv *Server) restore(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*srv.opts.Timeout)
+	defer cancel()
+	if err := srv.s.Restore(ctx, http.MaxBytesReader(w, r.Body, MaxRestoreBody)); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "restored"})
+}
+
+func (srv *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	if ok, reason := srv.s.Ready(); !ok {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
