@@ -76,7 +76,9 @@ func (srv *Server) getPool(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (srv *Server) deletePool(w http.ResponseWriter, r *http.Request) {
+// serveNoContent runs a write that answers 204, with the request's
+// Idempotency-Key.
+func (srv *Server) serveNoContent(w http.ResponseWriter, r *http.Request, write func(ctx context.Context, key string) error) {
 	key, err := idempotencyKey(r)
 	if err != nil {
 		writeError(w, err)
@@ -84,11 +86,17 @@ func (srv *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
-	if err := srv.s.DeletePool(ctx, r.PathValue("name"), key); err != nil {
+	if err := write(ctx, key); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (srv *Server) deletePool(w http.ResponseWriter, r *http.Request) {
+	srv.serveNoContent(w, r, func(ctx context.Context, key string) error {
+		return srv.s.DeletePool(ctx, r.PathValue("name"), key)
+	})
 }
 
 func (srv *Server) rangeAllocation(w http.ResponseWriter, r *http.Request) {
@@ -162,18 +170,10 @@ func (srv *Server) listAllocations(w http.ResponseWriter, r *http.Request) {
 }
 
 func (srv *Server) release(w http.ResponseWriter, r *http.Request) {
-	key, err := idempotencyKey(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cancel := srv.ctx(r)
-	defer cancel()
-	if _, err := srv.s.Release(ctx, r.PathValue("name"), r.PathValue("value"), r.URL.Query().Get("owner"), key); err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	srv.serveNoContent(w, r, func(ctx context.Context, key string) error {
+		_, err := srv.s.Release(ctx, r.PathValue("name"), r.PathValue("value"), r.URL.Query().Get("owner"), key)
+		return err
+	})
 }
 
 func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
