@@ -327,3 +327,40 @@ func TestCLI(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stdout, "Examples:")
 }
+
+// TestE2ENoLeader: with no quorum, a write waits a bounded time and then
+// answers 503 NoLeader with Retry-After; nothing is applied.
+func TestE2ENoLeader(t *testing.T) {
+	ps := newProcs(t, 3)
+	leader := byID(ps, waitLeader(t, ps[0]))
+	var survivor *proc
+	for _, p := range ps {
+		if p != leader && survivor == nil {
+			survivor = p
+		} else {
+			p.kill9(t)
+		}
+	}
+	time.Sleep(2 * time.Second) // the survivor's leader is gone and no election can win
+	start := time.Now()
+	req, err := http.NewRequest(http.MethodPost, "http://"+survivor.http+"/v1/pools/nodeport/allocations", strings.NewReader(`{"value":"30100"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), `"NoLeader"`)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	assert.Less(t, time.Since(start), 15*time.Second, "the wait is bounded")
+	_, meta, err := survivor.client().Get(ctxE(t), "nodeport", "30100", client.Options{Consistency: "stale"})
+	assert.Equal(t, "NotAllocated", errCode(err), "nothing was applied (%v, %+v)", err, meta)
+}
+
+func errCode(err error) string {
+	if ae, ok := err.(*client.Error); ok {
+		return ae.Code
+	}
+	return ""
+}
