@@ -333,6 +333,12 @@ func TestCLI(t *testing.T) {
 func TestE2ENoLeader(t *testing.T) {
 	ps := newProcs(t, 3)
 	leader := byID(ps, waitLeader(t, ps[0]))
+	for _, p := range ps { // every node has applied the pools before two of them die
+		require.Eventually(t, func() bool {
+			_, err := p.client().Pool(ctxE(t), "nodeport", client.Options{Consistency: "stale"})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "%s has the pools", p.id)
+	}
 	var survivor *proc
 	for _, p := range ps {
 		if p != leader && survivor == nil {

@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"fmt"
-	"io"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -10,67 +8,121 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Faults is a fault table shared by every node of an in-process cluster:
-// which directed links are cut, lossy or slow. It is safe for concurrent use.
+// Faults is a fault table shared by every node of an in-process cluster: it
+// says, per directed link, whether messages are cut, lost at random, or
+// slowed. Wrap consults it for each message a node sends and receives; other
+// layers (the node's forwarding RPC) consult Allowed. It is safe for
+// concurrent use; changes apply to messages judged after them, and release
+// messages a cut is holding (see Cut). Make one with NewFaults.
+//
+// The kinds of fault, and what a caller of raft.Transport sees:
+//
+//	Cut    a black hole, like a firewall that drops packets: the message is
+//	       held until the cut heals (then delivered late, as TCP's
+//	       retransmission would) or until the call's timeout (then the call
+//	       fails with ErrCut, matching os.ErrDeadlineExceeded)
+//	Drop   a connection reset: the message is lost and the call fails at
+//	       once with ErrDropped
+//	Delay  the message arrives d later; a delay past the call's timeout
+//	       fails the call as a timeout would
 type Faults struct {
 	mu sync.Mutex
 	// mu guards the following
-	rng   *rand.Rand
-	cut   map[link]bool
-	drop  map[link]float64
-	delay map[link]time.Duration
+	rng     *rand.Rand
+	timeout time.Duration
+	cut     map[link]bool
+	drop    map[link]float64
+	delay   map[link]time.Duration
+	changed chan struct{} // closed and replaced on every change, to wake held messages
 }
 
+// link is one direction between two addresses.
 type link struct{ from, to raft.ServerAddress }
 
-// NewFaults returns an empty table whose random drops follow seed.
+// NewFaults returns an empty table whose random drops follow seed, with a
+// call timeout of DefaultTimeout.
 func NewFaults(seed int64) *Faults {
-	return &Faults{rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)), cut: map[link]bool{},
-		drop: map[link]float64{}, delay: map[link]time.Duration{}}
+	return &Faults{
+		rng:     rand.New(rand.NewPCG(uint64(seed), 0x7261_6e67_6561_6c6c)),
+		timeout: DefaultTimeout,
+		cut:     map[link]bool{},
+		drop:    map[link]float64{},
+		delay:   map[link]time.Duration{},
+		changed: make(chan struct{}),
+	}
 }
 
-// Cut loses every message from -> to.
+// SetTimeout sets how long a call may wait on a cut or a delay before it
+// fails, timed from the start of the call as a connection deadline is. The
+// default, DefaultTimeout, is what NewTCPTransport gives raft, so a cut
+// hangs a call as long as a real partition would; tests that stop nodes
+// behind a cut may shorten it, since raft's Shutdown waits for calls in
+// flight. d <= 0 fails a call across a cut at once (a refused connection
+// rather than a black hole, and what raft's InmemTransport does for a
+// disconnected peer) and never cuts a delay short.
+func (f *Faults) SetTimeout(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.timeout = d
+	f.changedLocked()
+}
+
+// Cut loses every message from -> to while it stands; see Faults for what
+// the caller sees. One direction only: to -> from is untouched.
 func (f *Faults) Cut(from, to raft.ServerAddress) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cut[link{from, to}] = true
+	f.changedLocked()
 }
 
-// Drop loses each message from -> to with probability p.
+// Drop loses each message from -> to with probability p (0 removes the
+// fault, 1 loses all); see Faults for what the caller sees.
 func (f *Faults) Drop(from, to raft.ServerAddress, p float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.drop[link{from, to}] = p
+	if p <= 0 {
+		delete(f.drop, link{from, to})
+	} else {
+		f.drop[link{from, to}] = p
+	}
+	f.changedLocked()
 }
 
-// Delay holds each message from -> to for d before sending it.
+// Delay holds each message from -> to for d before it arrives (0 removes
+// the fault).
 func (f *Faults) Delay(from, to raft.ServerAddress, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.delay[link{from, to}] = d
+	if d <= 0 {
+		delete(f.delay, link{from, to})
+	} else {
+		f.delay[link{from, to}] = d
+	}
+	f.changedLocked()
 }
 
-// Partition cuts both directions between every pair in different groups.
+// Partition cuts both directions between every pair of addresses in
+// different groups. It adds to the cuts already in place; Heal clears them.
 func (f *Faults) Partition(groups ...[]raft.ServerAddress) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, a := range groups {
-		for j, b := range groups {
-			if i == j {
-				continue
-			}
+		for _, b := range groups[i+1:] {
 			for _, x := range a {
 				for _, y := range b {
 					f.cut[link{x, y}] = true
+					f.cut[link{y, x}] = true
 				}
 			}
 		}
 	}
+	f.changedLocked()
 }
 
-// Isolate cuts addr off from every other address of all.
+// Isolate cuts addr off from every other address in all, both ways.
 func (f *Faults) Isolate(addr raft.ServerAddress, all []raft.ServerAddress) {
-	var rest []raft.ServerAddress
+	rest := make([]raft.ServerAddress, 0, len(all))
 	for _, a := range all {
 		if a != addr {
 			rest = append(rest, a)
@@ -79,214 +131,60 @@ func (f *Faults) Isolate(addr raft.ServerAddress, all []raft.ServerAddress) {
 	f.Partition([]raft.ServerAddress{addr}, rest)
 }
 
-// Heal clears every fault.
+// Heal clears every cut, drop and delay (the timeout stays), and releases
+// the messages cuts were holding.
 func (f *Faults) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.cut)
 	clear(f.drop)
 	clear(f.delay)
+	f.changedLocked()
 }
 
-// Allowed reports whether from -> to is not cut (drops and delays aside).
+// Allowed reports whether from -> to is not cut. Drops and delays do not
+// count: they are decided per message, by Wrap.
 func (f *Faults) Allowed(from, to raft.ServerAddress) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !f.cut[link{from, to}]
 }
 
-// pass decides the fate of one message from -> to: lost, or sent after a delay.
-func (f *Faults) pass(from, to raft.ServerAddress) (bool, time.Duration) {
+func (f *Faults) changedLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// deadline returns when a call starting at start times out; zero for never.
+func (f *Faults) deadline(start time.Time) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.timeout <= 0 {
+		return time.Time{}
+	}
+	return start.Add(f.timeout)
+}
+
+// verdict is the table's judgement of one message.
+type verdict struct {
+	held    bool          // a cut stands; wait on changed and judge again
+	changed chan struct{} // when held: closed at the next change of the table
+	lost    bool          // dropped
+	delay   time.Duration // otherwise: deliver after this
+}
+
+// judge decides the fate of one message from -> to. A drop is drawn only
+// for a message the table does not hold, so a seed's draws do not depend
+// on how often held messages are judged again.
+func (f *Faults) judge(from, to raft.ServerAddress) verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := link{from, to}
 	if f.cut[l] {
-		return false, 0
+		return verdict{held: true, changed: f.changed}
 	}
 	if p := f.drop[l]; p > 0 && f.rng.Float64() < p {
-		return false, 0
+		return verdict{lost: true}
 	}
-	return true, f.delay[l]
-}
-
-// Wrap returns inner with every outbound RPC of the node at local gated by
-// the fault table: the request by local -> target, the response by
-// target -> local. A lost request or response fails the call at once with
-// an error, as raft's own InmemTransport does for a disconnected peer;
-// raft treats it like a timeout (backs off, retries, and a leader that
-// hears from no quorum steps down). Each node wraps its own transport, so
-// gating the sender's side covers both directions of every link.
-//
-// Every path is gated: AppendEntries, RequestVote, RequestPreVote (the
-// wrapper implements raft.WithPreVote, so pre-vote stays on),
-// InstallSnapshot, TimeoutNow, and pipelined AppendEntries: the pipeline is
-// wrapped too, and so are the futures it hands back, so that pipelined
-// replication cannot bypass a cut.
-func Wrap(inner raft.Transport, local raft.ServerAddress, f *Faults) raft.Transport {
-	return &faulty{inner: inner, local: local, f: f}
-}
-
-type faulty struct {
-	inner raft.Transport
-	local raft.ServerAddress
-	f     *Faults
-}
-
-var (
-	_ raft.Transport   = (*faulty)(nil)
-	_ raft.WithPreVote = (*faulty)(nil)
-	_ raft.WithClose   = (*faulty)(nil)
-)
-
-// request gates the request direction of an RPC to target.
-func (t *faulty) request(target raft.ServerAddress) error {
-	ok, d := t.f.pass(t.local, target)
-	if !ok {
-		return fmt.Errorf("transport: request %s -> %s lost (fault injection)", t.local, target)
-	}
-	if d > 0 {
-		time.Sleep(d)
-	}
-	return nil
-}
-
-// response gates the response direction of an RPC to target.
-func (t *faulty) response(target raft.ServerAddress, err error) error {
-	if err != nil {
-		return err
-	}
-	ok, d := t.f.pass(target, t.local)
-	if !ok {
-		return fmt.Errorf("transport: response %s -> %s lost (fault injection)", target, t.local)
-	}
-	if d > 0 {
-		time.Sleep(d)
-	}
-	return nil
-}
-
-func (t *faulty) Consumer() <-chan raft.RPC     { return t.inner.Consumer() }
-func (t *faulty) LocalAddr() raft.ServerAddress { return t.inner.LocalAddr() }
-func (t *faulty) EncodePeer(id raft.ServerID, a raft.ServerAddress) []byte {
-	return t.inner.EncodePeer(id, a)
-}
-func (t *faulty) DecodePeer(b []byte) raft.ServerAddress    { return t.inner.DecodePeer(b) }
-func (t *faulty) SetHeartbeatHandler(cb func(rpc raft.RPC)) { t.inner.SetHeartbeatHandler(cb) }
-
-func (t *faulty) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if err := t.request(target); err != nil {
-		return err
-	}
-	return t.response(target, t.inner.AppendEntries(id, target, args, resp))
-}
-
-func (t *faulty) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if err := t.request(target); err != nil {
-		return err
-	}
-	return t.response(target, t.inner.RequestVote(id, target, args, resp))
-}
-
-// RequestPreVote gates pre-vote like a vote; an inner transport without
-// pre-vote fails the call, which raft treats as a lost vote.
-func (t *faulty) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	pv, ok := t.inner.(raft.WithPreVote)
-	if !ok {
-		return fmt.Errorf("transport: inner transport has no pre-vote")
-	}
-	if err := t.request(target); err != nil {
-		return err
-	}
-	return t.response(target, pv.RequestPreVote(id, target, args, resp))
-}
-
-func (t *faulty) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	if err := t.request(target); err != nil {
-		return err
-	}
-	return t.response(target, t.inner.InstallSnapshot(id, target, args, resp, data))
-}
-
-func (t *faulty) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	if err := t.request(target); err != nil {
-		return err
-	}
-	return t.response(target, t.inner.TimeoutNow(id, target, args, resp))
-}
-
-// Close closes the inner transport if it can be closed.
-func (t *faulty) Close() error {
-	if c, ok := t.inner.(raft.WithClose); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-// AppendEntriesPipeline wraps the inner pipeline so each pipelined request
-// and each response future passes the fault table.
-func (t *faulty) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	if err := t.request(target); err != nil {
-		return nil, err
-	}
-	inner, err := t.inner.AppendEntriesPipeline(id, target)
-	if err != nil {
-		return nil, err
-	}
-	p := &faultyPipeline{t: t, target: target, inner: inner, ch: make(chan raft.AppendFuture, 128), done: make(chan struct{})}
-	p.wg.Add(1)
-	go p.relay()
-	return p, nil
-}
-
-type faultyPipeline struct {
-	t      *faulty
-	target raft.ServerAddress
-	inner  raft.AppendPipeline
-	ch     chan raft.AppendFuture
-	done   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-}
-
-// relay hands the inner pipeline's futures on, wrapped, in order.
-func (p *faultyPipeline) relay() {
-	defer p.wg.Done()
-	for {
-		select {
-		case fut := <-p.inner.Consumer():
-			select {
-			case p.ch <- &faultyFuture{AppendFuture: fut, p: p}:
-			case <-p.done:
-				return
-			}
-		case <-p.done:
-			return
-		}
-	}
-}
-
-func (p *faultyPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	if err := p.t.request(p.target); err != nil {
-		return nil, err
-	}
-	return p.inner.AppendEntries(args, resp)
-}
-
-func (p *faultyPipeline) Consumer() <-chan raft.AppendFuture { return p.ch }
-
-func (p *faultyPipeline) Close() error {
-	err := p.inner.Close()
-	p.once.Do(func() { close(p.done) })
-	p.wg.Wait()
-	return err
-}
-
-// faultyFuture loses a pipelined response whose return direction is cut.
-type faultyFuture struct {
-	raft.AppendFuture
-	p *faultyPipeline
-}
-
-func (f *faultyFuture) Error() error {
-	return f.p.t.response(f.p.target, f.AppendFuture.Error())
+	return verdict{delay: f.delay[l]}
 }

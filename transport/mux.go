@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -11,74 +13,128 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Protocol bytes: the first byte a dialer writes on a connection.
+// Protocol bytes: the first byte a dialer writes on a connection to a Mux.
 const (
+	// ProtoRaft names a connection of raft.NetworkTransport.
 	ProtoRaft byte = 'R'
-	ProtoRPC  byte = 'F'
+	// ProtoRPC names a connection of the node's forwarding RPC.
+	ProtoRPC byte = 'F'
 )
 
-// handshakeTimeout bounds how long an accepted connection may take to name
-// its protocol.
-const handshakeTimeout = 5 * time.Second
+// DefaultHandshakeTimeout bounds how long an accepted connection may take
+// to write its protocol byte before the Mux closes it.
+const DefaultHandshakeTimeout = 5 * time.Second
+
+// Accept-loop backoff after a failed Accept (for example EMFILE), doubling
+// from the first to the last, as raft's NetworkTransport does.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
 
 // Mux accepts TCP connections on one address and hands each to the
-// protocol named by its first byte.
+// protocol named by its first byte: ProtoRaft to Raft(), ProtoRPC to RPC().
+// A connection that names no known protocol within the handshake timeout is
+// closed and logged.
 type Mux struct {
 	ln        net.Listener
 	advertise net.Addr
 	logger    hclog.Logger
-	raft      *subListener
-	rpc       *subListener
-	closed    chan struct{}
+	handshake time.Duration
+	raft      *logical
+	rpc       *logical
+
+	closed    chan struct{} // closed by Close: stops the accept loop and every route
 	closeOnce sync.Once
-	wg        sync.WaitGroup
+	closeErr  error
+	wg        sync.WaitGroup // the accept loop and every route goroutine
+
+	mu sync.Mutex
+	// mu guards the following
+	closing bool                  // set by Close; no connection is registered after it
+	naming  map[net.Conn]struct{} // accepted connections still naming their protocol
 }
 
-// Listen listens on bindAddr. advertise is the address other nodes dial
-// (nil: the listener's own); an unspecified IP (0.0.0.0, ::) cannot be
-// dialed and is refused.
+// Listen listens for TCP on bindAddr. advertise is the address other nodes
+// dial to reach this one: nil means the listener's own address, and a
+// *net.TCPAddr with port 0 takes the port the listener got. An advertise
+// address without a specific IP (0.0.0.0, ::, empty) cannot be dialed and
+// fails with ErrUnspecifiedAdvertise; so does binding to one with a nil
+// advertise. A nil logger discards.
 func Listen(bindAddr string, advertise net.Addr, logger hclog.Logger) (*Mux, error) {
+	return listen(bindAddr, advertise, logger, DefaultHandshakeTimeout)
+}
+
+func listen(bindAddr string, advertise net.Addr, logger hclog.Logger, handshake time.Duration) (*Mux, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	ln, err := net.Listen("tcp", bindAddr)
 	if err != nil {
+		return nil, fmt.Errorf("transport: listen on %s: %w", bindAddr, err)
+	}
+	adv, err := advertised(ln.Addr().(*net.TCPAddr), advertise)
+	if err != nil {
+		_ = ln.Close()
 		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	switch ta, ok := advertise.(*net.TCPAddr); {
-	case advertise == nil:
-		advertise = ln.Addr()
-	case ok && ta.Port == 0: // bound to port 0: advertise the port it got
-		advertise = &net.TCPAddr{IP: ta.IP, Port: port, Zone: ta.Zone}
+	m := &Mux{
+		ln:        ln,
+		advertise: adv,
+		logger:    logger.Named("mux"),
+		handshake: handshake,
+		closed:    make(chan struct{}),
+		naming:    map[net.Conn]struct{}{},
 	}
-	if ta, ok := advertise.(*net.TCPAddr); !ok || ta.IP == nil || ta.IP.IsUnspecified() {
-		ln.Close()
-		return nil, fmt.Errorf("advertise address %s is not dialable: give a specific IP", advertise)
-	}
-	m := &Mux{ln: ln, advertise: advertise, logger: logger.Named("mux"), closed: make(chan struct{})}
-	m.raft = &subListener{m: m, ch: make(chan net.Conn, 16)}
-	m.rpc = &subListener{m: m, ch: make(chan net.Conn, 16)}
+	m.raft = newLogical(adv)
+	m.rpc = newLogical(adv)
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
 }
 
+// advertised returns the address to advertise for a listener bound at
+// bound, or ErrUnspecifiedAdvertise.
+func advertised(bound *net.TCPAddr, advertise net.Addr) (net.Addr, error) {
+	switch ta, ok := advertise.(*net.TCPAddr); {
+	case advertise == nil:
+		advertise = bound
+	case ok && ta.Port == 0:
+		advertise = &net.TCPAddr{IP: ta.IP, Port: bound.Port, Zone: ta.Zone}
+	}
+	host, _, err := net.SplitHostPort(advertise.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrUnspecifiedAdvertise, advertise.String(), err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return nil, fmt.Errorf("%w: %s cannot be dialed; bind to a specific IP or give an advertise address",
+			ErrUnspecifiedAdvertise, advertise)
+	}
+	return advertise, nil
+}
+
+// acceptLoop accepts until Close, starting one route per connection.
 func (m *Mux) acceptLoop() {
 	defer m.wg.Done()
+	var backoff time.Duration
 	for {
 		conn, err := m.ln.Accept()
 		if err != nil {
+			if m.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			m.logger.Error("accept failed; retrying", "error", err, "backoff", backoff)
 			select {
+			case <-time.After(backoff):
+				continue
 			case <-m.closed:
 				return
-			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			m.logger.Error("accept failed; listener stopped", "error", err)
+		}
+		backoff = 0
+		if !m.register(conn) {
+			_ = conn.Close()
 			return
 		}
 		m.wg.Add(1)
@@ -86,116 +142,118 @@ func (m *Mux) acceptLoop() {
 	}
 }
 
-// route reads the protocol byte and hands the connection over.
+func (m *Mux) isClosed() bool {
+	select {
+	case <-m.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// register notes conn as naming its protocol, so Close can cut it short;
+// false once the Mux is closing.
+func (m *Mux) register(conn net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return false
+	}
+	m.naming[conn] = struct{}{}
+	return true
+}
+
+func (m *Mux) unregister(conn net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.naming, conn)
+}
+
+// route reads the protocol byte of conn and hands conn to that protocol's
+// listener, or closes it.
 func (m *Mux) route(conn net.Conn) {
 	defer m.wg.Done()
-	var b [1]byte
-	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	if _, err := conn.Read(b[:]); err != nil {
-		m.logger.Debug("connection closed before naming its protocol", "remote", conn.RemoteAddr(), "error", err)
-		conn.Close()
+	proto, err := m.readProto(conn)
+	m.unregister(conn)
+	if err != nil {
+		m.reject(conn, err)
 		return
 	}
-	_ = conn.SetReadDeadline(time.Time{})
-	var sub *subListener
-	switch b[0] {
+	var l *logical
+	switch proto {
 	case ProtoRaft:
-		sub = m.raft
+		l = m.raft
 	case ProtoRPC:
-		sub = m.rpc
+		l = m.rpc
 	default:
-		m.logger.Warn("closing connection with unknown protocol byte", "remote", conn.RemoteAddr(), "byte", b[0])
-		conn.Close()
+		m.logger.Warn("closing connection with an unknown protocol byte",
+			"remote", conn.RemoteAddr(), "byte", fmt.Sprintf("%#02x", proto))
+		_ = conn.Close()
 		return
 	}
 	select {
-	case sub.ch <- conn:
+	case l.ch <- conn:
+	case <-l.closed:
+		m.logger.Debug("closing connection for a closed listener", "remote", conn.RemoteAddr(), "protocol", string(proto))
+		_ = conn.Close()
 	case <-m.closed:
-		conn.Close()
+		_ = conn.Close()
 	}
 }
 
-// Raft returns the stream layer for raft.NetworkTransport.
-func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{subListener: m.raft} }
+func (m *Mux) readProto(conn net.Conn) (byte, error) {
+	var b [1]byte
+	if err := conn.SetReadDeadline(time.Now().Add(m.handshake)); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return 0, err
+	}
+	return b[0], conn.SetReadDeadline(time.Time{})
+}
 
-// RPC returns the listener of the forwarding RPC.
+// reject closes a connection that named no protocol, logging why.
+func (m *Mux) reject(conn net.Conn, err error) {
+	_ = conn.Close()
+	switch {
+	case m.isClosed():
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		m.logger.Warn("closing connection that named no protocol in time",
+			"remote", conn.RemoteAddr(), "timeout", m.handshake)
+	default: // closed by the peer: port scanners, health checks
+		m.logger.Debug("connection closed before naming its protocol", "remote", conn.RemoteAddr(), "error", err)
+	}
+}
+
+// Raft returns the stream layer for raft.NetworkTransport: Accept yields
+// the connections that named ProtoRaft, Dial writes ProtoRaft, Addr is the
+// advertised address. Its Close stops Raft's listener only.
+func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{logical: m.raft} }
+
+// RPC returns the listener of the node's forwarding RPC: the connections
+// that named ProtoRPC. Its Close stops this listener only.
 func (m *Mux) RPC() net.Listener { return m.rpc }
 
-// Close stops accepting and closes both logical listeners.
+// Addr returns the advertised address.
+func (m *Mux) Addr() net.Addr { return m.advertise }
+
+// Close stops accepting, closes the connections still naming a protocol and
+// both logical listeners (their Accept returns an error wrapping
+// net.ErrClosed), and waits for the Mux's goroutines. Connections already
+// handed to a protocol belong to it and stay open. Close is idempotent.
 func (m *Mux) Close() error {
-	var err error
 	m.closeOnce.Do(func() {
 		close(m.closed)
-		err = m.ln.Close()
-		m.wg.Wait()
-		for _, sub := range []*subListener{m.raft, m.rpc} {
-			for {
-				select {
-				case c := <-sub.ch:
-					c.Close()
-					continue
-				default:
-				}
-				break
-			}
+		m.closeErr = m.ln.Close()
+		m.mu.Lock()
+		m.closing = true
+		for conn := range m.naming {
+			_ = conn.Close()
 		}
+		m.mu.Unlock()
+		m.raft.close()
+		m.rpc.close()
+		m.wg.Wait()
 	})
-	return err
-}
-
-// subListener is one protocol's net.Listener.
-type subListener struct {
-	m  *Mux
-	ch chan net.Conn
-}
-
-func (s *subListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-s.ch:
-		return c, nil
-	case <-s.m.closed:
-		return nil, fmt.Errorf("transport: %w", net.ErrClosed)
-	}
-}
-
-// Close closes the whole Mux: both protocols share the port.
-func (s *subListener) Close() error { return s.m.Close() }
-
-// Addr returns the advertised address.
-func (s *subListener) Addr() net.Addr { return s.m.advertise }
-
-// raftLayer is a raft.StreamLayer over the Mux.
-type raftLayer struct{ *subListener }
-
-var _ raft.StreamLayer = (*raftLayer)(nil)
-
-// Dial connects to a Raft peer.
-func (l *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return dial(string(addr), timeout, ProtoRaft)
-}
-
-// DialRPC connects to a node's forwarding RPC.
-func DialRPC(addr string, timeout time.Duration) (net.Conn, error) {
-	return dial(addr, timeout, ProtoRPC)
-}
-
-func dial(addr string, timeout time.Duration, proto byte) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	_ = conn.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write([]byte{proto}); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	_ = conn.SetWriteDeadline(time.Time{})
-	return conn, nil
-}
-
-// NewTCPTransport returns Raft's network transport over a stream layer.
-func NewTCPTransport(stream raft.StreamLayer, logger hclog.Logger) *raft.NetworkTransport {
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: logger,
-	})
+	return m.closeErr
 }

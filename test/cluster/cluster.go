@@ -51,6 +51,9 @@ type Cluster struct {
 func New(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, Faults: transport.NewFaults(opts.Seed)}
+	// A message held by a cut fails after a second, as a connection timeout
+	// would, so that stopping a node behind a cut does not wait for long.
+	c.Faults.SetTimeout(time.Second)
 	dir := t.TempDir()
 	var peers []node.Peer
 	for i := 0; i < n; i++ {
