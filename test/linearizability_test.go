@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/test/checker"
@@ -103,19 +102,18 @@ func TestLinearizableUnderPartitions(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	if res, err := checker.CheckLinearizable(history, 30*time.Second, filepath.Join(dir, "history.html")); res != porcupine.Ok {
+	failed := false
+	for _, rep := range checker.CheckAll(history, final, 60*time.Second, filepath.Join(dir, "history.html")) {
+		if !rep.OK {
+			failed = true
+			t.Errorf("%s: %v", rep.Name, rep.Problems)
+		}
+	}
+	if failed {
 		f, _ := os.Create(filepath.Join(dir, "history.jsonl"))
 		_ = history.WriteJSONL(f)
 		f.Close()
-		t.Fatalf("%s: %v; history and visualisation in %s", res, err, dir)
-	}
-	for name, rep := range map[string]checker.Report{
-		"no double owner":    checker.CheckNoDoubleOwner(history),
-		"no lost ack":        checker.CheckNoLostAck(history, final),
-		"idempotent retries": checker.CheckIdempotentRetries(history),
-		"no phantom":         checker.CheckNoPhantom(history, final),
-	} {
-		require.True(t, rep.OK, "%s: %v", name, rep.Problems)
+		t.Logf("history and visualisation in %s", dir)
 	}
 }
 

@@ -5,166 +5,142 @@ import (
 	"sort"
 )
 
-// Report is a checker's verdict, with the problems it found, each naming
-// the operations involved.
-type Report struct {
-	OK       bool
-	Problems []string
-}
-
-func (r *Report) problem(format string, args ...any) {
-	r.OK = false
-	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
-}
-
-func describe(l logical) string {
-	ret := "?"
-	if l.Return != never {
-		ret = fmt.Sprint(l.Return)
-	}
-	return fmt.Sprintf("%s %s/%s owner=%q key=%q [%d,%s] %s", l.Kind, l.Pool, l.Value, l.Owner, l.Key, l.Call, ret, l.Outcome)
-}
-
-// allocations returns the acknowledged allocations and the releases that
-// may have taken effect, per "pool/value".
-func allocations(h History) (acks, releases map[string][]logical) {
-	acks, releases = map[string][]logical{}, map[string][]logical{}
-	for _, l := range collapse(h) {
+// allocations indexes the logical operations by value: the acknowledged
+// allocations (sorted by call) and the releases that may have taken
+// effect (OK or Unknown).
+func allocations(ls []logical) (acks, releases map[valueKey][]logical) {
+	acks, releases = map[valueKey][]logical{}, map[valueKey][]logical{}
+	for _, l := range ls {
+		k := valueKey{l.Pool, l.value()}
 		switch {
-		case l.Kind == "allocate" && l.Outcome == OK:
-			v := l.Value
-			if v == "" {
-				v = l.Result
-			}
-			l.Value = v
-			acks[l.Pool+"/"+v] = append(acks[l.Pool+"/"+v], l)
-		case l.Kind == "release" && (l.Outcome == OK || l.Outcome == Unknown):
-			releases[l.Pool+"/"+l.Value] = append(releases[l.Pool+"/"+l.Value], l)
+		case l.Kind == KindAllocate && l.Outcome == OK && k.value != "":
+			acks[k] = append(acks[k], l)
+		case l.Kind == KindRelease && (l.Outcome == OK || l.Outcome == Unknown):
+			releases[k] = append(releases[k], l)
 		}
+	}
+	for _, as := range acks {
+		sort.SliceStable(as, func(i, j int) bool { return as[i].Call < as[j].Call })
 	}
 	return acks, releases
 }
 
-// mayFree reports whether release r could have freed the allocation a
-// before time t: it could act on a's owner and overlaps (a.Call, t).
-func mayFree(r, a logical, t int64) bool {
-	return (r.Owner == "" || r.Owner == a.Owner) && r.Call < t && r.Return > a.Call
+// earliestFree returns the earliest time at which one of releases could
+// take effect after allocation a and free it, or never if none could: a
+// release that may have applied, whose precondition a's owner meets, and
+// that had not returned before a was called.
+func earliestFree(a logical, releases []logical) int64 {
+	t := int64(never)
+	for _, r := range releases {
+		if r.frees(a.Owner) && r.Return >= a.Call {
+			t = min(t, max(r.Call, a.Call))
+		}
+	}
+	return t
 }
 
-// CheckNoDoubleOwner checks that no value was acknowledged to two owners
-// without a release between them that could have freed the first.
+// CheckNoDoubleOwner checks that no value was held by two owners at once,
+// as far as acknowledged allocations prove it: two OK allocations of one
+// value by different owners are a double owner unless, in one of the two
+// orders their intervals allow, a release that may have applied (OK or
+// Unknown) and whose precondition the first owner meets could fall
+// between them. It reads nothing but allocations and releases, so it
+// holds for histories too long or too concurrent for porcupine. Checked
+// counts acknowledged allocations.
 func CheckNoDoubleOwner(h History) Report {
-	rep := Report{OK: true}
-	acks, releases := allocations(h)
-	for _, key := range sortedKeys(acks) {
-		as := acks[key]
-		sort.Slice(as, func(i, j int) bool { return as[i].Call < as[j].Call })
-		for i := 1; i < len(as); i++ {
-			prev, next := as[i-1], as[i]
-			freed := false
-			for _, r := range releases[key] {
-				freed = freed || mayFree(r, prev, next.Return)
-			}
-			if !freed {
-				rep.problem("%s held twice, with no release between: %s, then %s", key, describe(prev), describe(next))
+	r := newReporter("no double owner")
+	acks, releases := allocations(collapse(h))
+	for _, k := range sortedValueKeys(acks) {
+		as := acks[k]
+		r.Checked += len(as)
+		free := make([]int64, len(as)) // free[i]: earliest a release could free as[i]
+		for i, a := range as {
+			free[i] = earliestFree(a, releases[k])
+		}
+		for i, x := range as {
+			for j := i + 1; j < len(as); j++ {
+				y := as[j]
+				if x.Owner == y.Owner || free[i] <= y.Return || free[j] <= x.Return {
+					continue
+				}
+				r.problem("%s acknowledged to two owners with no release that could come between: %s; and %s", k, x, y)
 			}
 		}
 	}
-	return rep
+	return r.done()
 }
 
-// CheckNoLostAck checks that every acknowledged allocation that no release
-// could have freed is in the final state (pool -> value -> owner) with its
-// owner.
+// CheckNoLostAck checks that every acknowledged allocation that no
+// release could have freed (an OK or Unknown release, whose precondition
+// its owner meets, not over before the allocation began) is in the final
+// state (pool -> value -> owner) with its owner. Checked counts
+// acknowledged allocations.
 func CheckNoLostAck(h History, final map[string]map[string]string) Report {
-	rep := Report{OK: true}
-	acks, releases := allocations(h)
-	for _, key := range sortedKeys(acks) {
-		for _, a := range acks[key] {
-			freed := false
-			for _, r := range releases[key] {
-				freed = freed || mayFree(r, a, never)
-			}
-			if freed {
+	r := newReporter("no lost ack")
+	acks, releases := allocations(collapse(h))
+	for _, k := range sortedValueKeys(acks) {
+		for _, a := range acks[k] {
+			r.Checked++
+			if earliestFree(a, releases[k]) != never {
 				continue
 			}
-			if got, ok := final[a.Pool][a.Value]; !ok || got != a.Owner {
-				rep.problem("acknowledged allocation lost: %s; final holder %q", describe(a), got)
+			switch holder, held := final[k.pool][k.value]; {
+			case !held:
+				r.problem("acknowledged allocation lost: %s; no release could have freed it, but %s is free in the final state", a, k)
+			case holder != a.Owner:
+				r.problem("acknowledged allocation lost: %s; no release could have freed it, but %s is held by %q in the final state", a, k, holder)
 			}
 		}
 	}
-	return rep
+	return r.done()
 }
 
-// CheckIdempotentRetries checks that every attempt of a key that got the
-// state machine's answer got the same one.
+// CheckIdempotentRetries checks that the attempts of one key that got the
+// state machine's answer (OK, or a failure it decides, such as
+// AlreadyAllocated) all got the same answer, as a retry must return the
+// first answer; and that no retry of the same request was refused with
+// IdempotencyKeyReused. Attempts are taken in call order. Checked counts
+// keys with more than one attempt.
 func CheckIdempotentRetries(h History) Report {
-	rep := Report{OK: true}
-	first := map[string]Op{}
-	for _, op := range h {
-		if op.Key == "" || !answered(op) {
-			continue
-		}
-		f, ok := first[op.Key]
-		if !ok {
-			first[op.Key] = op
-			continue
-		}
-		if f.Outcome != op.Outcome || f.Err != op.Err || f.Result != op.Result {
-			rep.problem("key %q answered %s %s %q, then %s %s %q (attempt %d)", op.Key, f.Outcome, f.Err, f.Result,
-				op.Outcome, op.Err, op.Result, op.Attempt)
-		}
-	}
-	return rep
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// CheckNoPhantom checks that every allocation in the final state (pool ->
-// value -> owner) is explained by the history: an acknowledged allocation
-// of that value by that owner, or one whose outcome is unknown. An owner
-// whose only answer named another value holds a phantom: a retry applied
-// twice, or a write nobody asked for.
-func CheckNoPhantom(h History, final map[string]map[string]string) Report {
-	rep := Report{OK: true}
-	type claim struct{ pool, owner string }
-	explained := map[claim]map[string]bool{} // the values an owner may hold; nil: any (unknown dynamic)
+	r := newReporter("idempotent retries")
 	for _, l := range collapse(h) {
-		if l.Kind != "allocate" || l.Outcome == Fail {
+		if l.Key == "" || len(l.attempts) < 2 {
 			continue
 		}
-		c := claim{l.Pool, l.Owner}
-		v := l.Value
-		if v == "" {
-			v = l.Result
-		}
-		if l.Outcome == Unknown && v == "" {
-			explained[c] = nil
-			continue
-		}
-		if vs, ok := explained[c]; ok && vs == nil {
-			continue
-		}
-		if explained[c] == nil {
-			explained[c] = map[string]bool{}
-		}
-		explained[c][v] = true
-	}
-	for _, pool := range sortedKeys(final) {
-		for _, value := range sortedKeys(final[pool]) {
-			owner := final[pool][value]
-			vs, ok := explained[claim{pool, owner}]
-			if !ok || (vs != nil && !vs[value]) {
-				rep.problem("%s/%s is held by %q, which no allocation in the history explains", pool, value, owner)
+		r.Checked++
+		var first *Op
+		for i := range l.attempts {
+			a := &l.attempts[i]
+			switch {
+			case a.Outcome == Fail && a.Err == CodeIdempotencyKeyReused && sameRequest(*a, l.attempts[0]):
+				r.problem("key %q: attempt %d [%d,%d] was refused IdempotencyKeyReused, though it repeats the request of %s",
+					a.Key, a.Attempt, a.Call, a.Return, l)
+			case !answered(*a):
+			case first == nil:
+				first = a
+			case answer(*a) != answer(*first):
+				r.problem("key %q answered %s (attempt %d [%d,%d]), then %s (attempt %d [%d,%d]): %s", a.Key,
+					answer(*first), first.Attempt, first.Call, first.Return, answer(*a), a.Attempt, a.Call, a.Return, l)
 			}
 		}
 	}
-	return rep
+	return r.done()
+}
+
+// answer describes an answered attempt's answer, for comparing.
+func answer(a Op) string {
+	switch {
+	case a.Outcome == OK && a.Kind == KindAllocate && a.Result == "":
+		return fmt.Sprintf("ok %q", a.Value)
+	case a.Outcome == OK:
+		return fmt.Sprintf("ok %q", a.Result)
+	case a.Result != "":
+		return fmt.Sprintf("%s (holder %q)", a.Err, a.Result)
+	}
+	return a.Err
+}
+
+// sameRequest reports whether two attempts ask the same thing.
+func sameRequest(a, b Op) bool {
+	return a.Kind == b.Kind && a.Pool == b.Pool && a.Value == b.Value && a.Owner == b.Owner
 }

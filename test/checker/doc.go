@@ -1,24 +1,44 @@
 // Package checker judges histories of rangealloc operations recorded by
-// Jepsen-style tests: the in-process partition test and the multi-process
-// suite in test/jepsen.
+// Jepsen-style tests: the in-process partition test in test/ and the
+// multi-process partition suite.
 //
-// A history is a list of operations with invoke and complete times and an
-// outcome: OK, Fail (a definite failure: nothing was applied), or Unknown
-// (a timeout, 503 Unavailable, a broken connection: it may or may not have
-// been applied). The checkers:
+// A History is a list of Op, one per attempt: allocate (static or
+// dynamic), release (with an optional owner precondition), get and list,
+// each with its call and return times and an Outcome: OK, Fail (a
+// definite failure: nothing was applied) or Unknown (a timeout, 503
+// Unavailable, a broken connection: it may or may not have been applied).
+// WriteJSONL and ReadJSONL keep a history as one JSON op per line.
 //
-//   - CheckLinearizable: porcupine, with a per-value model (a value is free,
-//     or held by one owner), partitioned by (pool, value).
+// The attempts of one idempotency key are one logical operation: from
+// the first attempt's call to the last one's return, answered by the
+// first OK attempt, else by the first failure the state machine decided,
+// else Unknown if any attempt was. The checkers judge logical operations,
+// except CheckIdempotentRetries, which compares the attempts.
+//
+// The checkers, each returning what it found:
+//
+//   - CheckWellFormed: the history keeps the conventions the others rely
+//     on: one request per key, one allocate per owner.
+//   - CheckLinearizable: porcupine, against a model of one value (free,
+//     or held by one owner), each (pool, value) checked alone. Unknown
+//     operations never return, porcupine's convention for a crashed
+//     client. A dynamic allocate with an unknown outcome has no known
+//     value: it joins the values answers show its owner holding; if none
+//     do, answers that name no holder may find a value held by an unseen
+//     owner (see partitionHistory). Lists read every value they could.
 //   - CheckNoDoubleOwner: no two acknowledged allocations of one value
-//     without a release that could separate them.
-//   - CheckNoLostAck: every acknowledged allocation that nothing could have
-//     released is in the final state, with its owner.
-//   - CheckIdempotentRetries: every answered attempt of one key gave the
-//     same answer.
+//     without a release that could come between them.
+//   - CheckNoLostAck: every acknowledged allocation that no release could
+//     have freed is in the final state, with its owner.
+//   - CheckIdempotentRetries: every answered attempt of a key got the same
+//     answer.
 //   - CheckNoPhantom: every allocation in the final state is explained by
-//     an allocation in the history (a retry applied twice leaves one that
-//     is not).
+//     an allocation in the history and was not released since.
+//   - CheckAll runs them all.
 //
-// Conventions the workloads keep: every write has a unique key, every
-// allocate a unique owner, and the attempts of one key share it.
+// The checkers other than CheckLinearizable are linear or quadratic in
+// the operations on one value, so they still judge histories too long or
+// too concurrent for porcupine; they are sound (a problem they report is
+// a real violation, given a complete, well-formed history) but not
+// complete.
 package checker

@@ -1,166 +1,142 @@
 package checker
 
 import (
+	"errors"
 	"fmt"
-	"sort"
+	"runtime"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 )
 
-// valueInput is an operation on one value, as the model sees it.
-type valueInput struct {
-	kind    string // "allocate", "release", "get"
-	owner   string // allocate: the new owner; release: the precondition ("" none)
-	unknown bool
-}
+// Errors CheckLinearizable wraps, with the values concerned.
+var (
+	// ErrNotLinearizable: some value's operations have no linearization.
+	ErrNotLinearizable = errors.New("not linearizable")
+	// ErrUndecided: the time ran out before every value was decided.
+	ErrUndecided = errors.New("linearizability undecided: timed out")
+)
 
-// valueOutput is what the operation answered.
-type valueOutput struct {
-	ok     bool
-	err    string
-	holder string // get: the holder seen ("" free); AlreadyAllocated, OwnerMismatch: the holder reported, if any
-}
-
-// model is the sequential specification of one value: free ("") or held
-// by one owner. An operation with an unknown outcome has Return = never,
-// so the checker may place it after everything else, where it changes
-// nothing observed; placed earlier, it takes effect if it can.
-var model = porcupine.Model{
-	Init: func() interface{} { return "" },
-	Step: func(state, in, out interface{}) (bool, interface{}) {
-		s, i, o := state.(string), in.(valueInput), out.(valueOutput)
-		switch i.kind {
-		case "allocate":
-			switch {
-			case i.unknown:
-				if s == "" {
-					return true, i.owner
-				}
-				return true, s
-			case o.ok:
-				return s == "", i.owner
-			case o.err == "AlreadyAllocated":
-				return s != "" && (o.holder == "" || s == o.holder), s
-			}
-		case "release":
-			can := s != "" && (i.owner == "" || s == i.owner)
-			switch {
-			case i.unknown:
-				if can {
-					return true, ""
-				}
-				return true, s
-			case o.ok:
-				return can, ""
-			case o.err == "NotAllocated":
-				return s == "", s
-			case o.err == "OwnerMismatch":
-				return s != "" && s != i.owner && (o.holder == "" || s == o.holder), s
-			}
-		case "get":
-			return o.ok && s == o.holder, s
-		}
-		return false, s
-	},
-	Equal: func(a, b interface{}) bool { return a == b },
-	DescribeOperation: func(in, out interface{}) string {
-		i, o := in.(valueInput), out.(valueOutput)
-		switch {
-		case i.unknown:
-			return fmt.Sprintf("%s(%s) -> ?", i.kind, i.owner)
-		case i.kind == "get":
-			return fmt.Sprintf("get -> %q", o.holder)
-		case o.ok:
-			return fmt.Sprintf("%s(%s) -> ok", i.kind, i.owner)
-		}
-		return fmt.Sprintf("%s(%s) -> %s", i.kind, i.owner, o.err)
-	},
-	DescribeState: func(s interface{}) string {
-		if s == "" {
-			return "free"
-		}
-		return fmt.Sprintf("held by %s", s)
-	},
-}
-
-// valueOps turns a history into per-value porcupine operations, keyed by
-// "pool/value". Operations that say nothing about one value's state are
-// left out: failures such as RangeFull, NotInRange or no leader. A dynamic
-// allocation whose outcome is unknown may have taken any value of its
-// pool, so it joins the partition of every value of that pool: it may take
-// effect there if it can, or nowhere (its Return is never). This
-// over-approximates what it could have done, which can hide a violation
-// but never invent one.
-func valueOps(h History) map[string][]porcupine.Operation {
-	ops := collapse(h)
-	out := map[string][]porcupine.Operation{}
-	ghosts := map[string][]porcupine.Operation{} // pool -> unknown dynamic allocations
-	pools := map[string]string{}                 // "pool/value" -> pool
-	add := func(l logical, key string, in valueInput, o valueOutput) {
-		out[key] = append(out[key], porcupine.Operation{ClientId: l.Client, Input: in, Output: o, Call: l.Call, Return: l.Return})
-		pools[key] = l.Pool
-	}
-	for _, l := range ops {
-		unknown := l.Outcome == Unknown
-		o := valueOutput{ok: l.Outcome == OK, err: l.Err, holder: l.Result}
-		switch l.Kind {
-		case "allocate":
-			value := l.Value
-			if value == "" && l.Outcome == OK {
-				value = l.Result
-			}
-			if value == "" && unknown {
-				ghosts[l.Pool] = append(ghosts[l.Pool], porcupine.Operation{ClientId: l.Client,
-					Input: valueInput{kind: "allocate", owner: l.Owner, unknown: true}, Output: o, Call: l.Call, Return: l.Return})
-				continue
-			}
-			if value != "" && (unknown || o.ok || o.err == "AlreadyAllocated") {
-				add(l, l.Pool+"/"+value, valueInput{kind: "allocate", owner: l.Owner, unknown: unknown}, o)
-			}
-		case "release":
-			if unknown || o.ok || o.err == "NotAllocated" || o.err == "OwnerMismatch" {
-				add(l, l.Pool+"/"+l.Value, valueInput{kind: "release", owner: l.Owner, unknown: unknown}, o)
-			}
-		case "get":
-			if o.ok {
-				add(l, l.Pool+"/"+l.Value, valueInput{kind: "get"}, o)
-			}
-		}
-	}
-	for key, pool := range pools {
-		out[key] = append(out[key], ghosts[pool]...)
-	}
-	return out
-}
-
-// CheckLinearizable checks the history per value with porcupine. When it
-// is not linearizable and visualizeTo is not empty, porcupine's HTML
-// visualisation of the failing value is written there.
+// CheckLinearizable checks the history with porcupine, each value alone
+// against the model of one value (see model; partitionHistory says which
+// operations go where), several values at once. The timeout bounds the
+// check of all values; zero or less means no limit.
+//
+// It returns porcupine.Ok with a nil error; porcupine.Illegal with an
+// error wrapping ErrNotLinearizable that names every illegal value (every
+// value is checked, so an Illegal verdict may wait up to timeout for a
+// hard value); or porcupine.Unknown with an error wrapping ErrUndecided
+// naming the values not decided. When the result is Illegal and
+// visualizeTo is not empty, porcupine's HTML visualisation of the illegal
+// values (only) is written there, which checks them again within another
+// timeout; an error writing it is joined to the returned error.
 func CheckLinearizable(h History, timeout time.Duration, visualizeTo string) (porcupine.CheckResult, error) {
-	perValue := valueOps(h)
-	keys := make([]string, 0, len(perValue))
-	for k := range perValue {
-		keys = append(keys, k)
+	res, _, err := checkLinearizable(h, timeout, visualizeTo)
+	return res, err
+}
+
+// checkLinearizable is CheckLinearizable, also returning how many values
+// it checked.
+func checkLinearizable(h History, timeout time.Duration, visualizeTo string) (porcupine.CheckResult, int, error) {
+	p := partitionHistory(h)
+	keys := p.keys()
+	results := checkPartitions(p, keys, timeout)
+	var illegal, undecided []valueKey
+	for i, k := range keys {
+		switch results[i] {
+		case porcupine.Illegal:
+			illegal = append(illegal, k)
+		case porcupine.Unknown:
+			undecided = append(undecided, k)
+		}
 	}
-	sort.Strings(keys)
-	result := porcupine.Ok
-	for _, k := range keys {
-		res, info := porcupine.CheckOperationsVerbose(model, perValue[k], timeout)
-		if res == porcupine.Ok {
-			continue
-		}
-		if result == porcupine.Ok || res == porcupine.Illegal {
-			result = res
-		}
-		if res == porcupine.Illegal {
-			if visualizeTo != "" {
-				if err := porcupine.VisualizePath(model, info, visualizeTo); err != nil {
-					return res, fmt.Errorf("value %s: %w", k, err)
-				}
+	switch {
+	case len(illegal) > 0:
+		err := fmt.Errorf("%w: %s", ErrNotLinearizable, names(illegal))
+		if visualizeTo != "" {
+			if verr := visualize(p, illegal, timeout, visualizeTo); verr != nil {
+				return porcupine.Illegal, len(keys), errors.Join(err, fmt.Errorf("writing the visualisation: %w", verr))
 			}
-			return res, fmt.Errorf("value %s is not linearizable", k)
+			err = fmt.Errorf("%w (visualisation in %s)", err, visualizeTo)
 		}
+		return porcupine.Illegal, len(keys), err
+	case len(undecided) > 0:
+		return porcupine.Unknown, len(keys), fmt.Errorf("%w after %v: %d of %d values: %s",
+			ErrUndecided, timeout, len(undecided), len(keys), names(undecided))
 	}
-	return result, nil
+	return porcupine.Ok, len(keys), nil
+}
+
+// checkPartitions checks the partitions named by keys on GOMAXPROCS
+// workers, all within one timeout (none if zero or less), so a hard value
+// holds up one worker, not the others. A value not started before the
+// deadline is Unknown.
+func checkPartitions(p partitions, keys []valueKey, timeout time.Duration) []porcupine.CheckResult {
+	deadline := time.Now().Add(timeout)
+	results := make([]porcupine.CheckResult, len(keys))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				var budget time.Duration
+				if timeout > 0 {
+					if budget = time.Until(deadline); budget <= 0 {
+						results[i] = porcupine.Unknown
+						continue
+					}
+				}
+				results[i] = porcupine.CheckOperationsTimeout(model, p[keys[i]], budget)
+			}
+		}()
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+// visualize writes porcupine's visualisation of the given partitions to
+// path, one partition per value.
+func visualize(p partitions, keys []valueKey, timeout time.Duration, path string) error {
+	var ops []porcupine.Operation
+	index := map[valueKey]int{}
+	for i, k := range keys {
+		ops = append(ops, p[k]...)
+		index[k] = i
+	}
+	m := model
+	m.Partition = func(ops []porcupine.Operation) [][]porcupine.Operation {
+		out := make([][]porcupine.Operation, len(keys))
+		for _, op := range ops {
+			i := index[op.Metadata.(opInfo).key]
+			out[i] = append(out[i], op)
+		}
+		return out
+	}
+	_, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	return porcupine.VisualizePath(m, info, path)
+}
+
+// names lists keys for an error message, at most ten of them.
+func names(keys []valueKey) string {
+	const most = 10
+	var b strings.Builder
+	for i, k := range keys {
+		if i == most {
+			fmt.Fprintf(&b, " and %d more", len(keys)-most)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k.String())
+	}
+	return b.String()
 }
