@@ -139,18 +139,20 @@ func (srv *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	writeError(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 }
 
-// ServeHTTP serves a request, stamping X-Rangealloc-Served-By and timing it.
+// ServeHTTP serves a request, stamping X-Rangealloc-Served-By, timing it,
+// and logging the ones that fail with an internal error.
 func (srv *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Rangealloc-Served-By", srv.s.ID())
-	if srv.metrics == nil {
-		srv.mux.ServeHTTP(w, r)
-		return
-	}
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: 200}
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	srv.mux.ServeHTTP(rec, r)
-	_, pattern := srv.mux.Handler(r)
-	srv.metrics.observeHTTP(r.Method, pattern, rec.status, time.Since(start))
+	if rec.status == http.StatusInternalServerError {
+		srv.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", rec.status)
+	}
+	if srv.metrics != nil {
+		_, pattern := srv.mux.Handler(r)
+		srv.metrics.observeHTTP(r.Method, pattern, rec.status, time.Since(start))
+	}
 }
 
 type statusRecorder struct {
