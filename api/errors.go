@@ -83,6 +83,7 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 		status = http.StatusServiceUnavailable
 		body = ErrorDetail{Code: CodeUnavailable, Message: "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key",
 			Details: map[string]any{"idempotencyKey": ue.RequestID, "cause": ue.Err.Error()}}
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrNotLeader):
 		status, body = http.StatusServiceUnavailable, ErrorDetail{Code: CodeNoLeader, Message: err.Error()}
 		w.Header().Set("Retry-After", "1")

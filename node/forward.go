@@ -94,7 +94,9 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 			if !errors.As(call.Error, &se) {
 				f.drop(addr, c) // the connection broke
 			}
-			return true, call.Error
+			// ErrShutdown: the client knew its connection was gone and sent
+			// nothing. Any other failure may have come after the request left.
+			return !errors.Is(call.Error, rpc.ErrShutdown), call.Error
 		}
 		return true, nil
 	case <-ctx.Done():
