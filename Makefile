@@ -43,5 +43,10 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; \
 	done
 
+jepsen: build ## one Jepsen-style partition run, as root: SEED= DURATION=30s NEMESIS=all ARTIFACTS=dir (docs/TESTING.md)
+	$(GO) test ./test/jepsen/ -run '^TestJepsen$$' -v -count=1 -timeout 30m -jepsen.bin=$(abspath $(BIN)) -jepsen.keep \
+	  -jepsen.seed=$(or $(SEED),$(shell date +%s)) -jepsen.duration=$(or $(DURATION),30s) -jepsen.nemesis=$(or $(NEMESIS),all) \
+	  $(if $(ARTIFACTS),-jepsen.artifacts=$(abspath $(ARTIFACTS)))
+
 clean: ## remove build output (not ./data)
 	rm -rf bin

@@ -1,0 +1,283 @@
+package jepsen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rangealloc/rangealloc/api/client"
+)
+
+// The ports every node uses inside its own namespace.
+const (
+	httpPort = 7080
+	raftPort = 7081
+)
+
+// Tuning is the Raft tuning the servers run with: short timeouts so that a
+// 30 s run sees several elections, and a small snapshot threshold and
+// trailing log so that a follower cut off for a few seconds must catch up
+// by InstallSnapshot.
+type Tuning struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	SnapshotThreshold  int
+	SnapshotInterval   time.Duration
+	TrailingLogs       int
+}
+
+// DefaultTuning is the tuning of every run.
+func DefaultTuning() Tuning {
+	return Tuning{HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond, SnapshotThreshold: 32, SnapshotInterval: 300 * time.Millisecond,
+		TrailingLogs: 16}
+}
+
+// Cluster is three servers in a Lab.
+type Cluster struct {
+	Lab     *Lab
+	Servers []*Server
+	Tuning  Tuning
+	ctl     []*client.Client // per node, short timeouts, for the harness's own calls
+}
+
+// NewCluster prepares one server per namespace of lab; Start starts them.
+func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet) *Cluster {
+	c := &Cluster{Lab: lab, Tuning: tuning}
+	var peers []string
+	for i, ip := range lab.IPs {
+		peers = append(peers, fmt.Sprintf("n%d=%s:%d=%s:%d", i+1, ip, raftPort, ip, httpPort))
+	}
+	for i, ip := range lab.IPs {
+		id := fmt.Sprintf("n%d", i+1)
+		s := &Server{ID: id, NS: lab.NS[i], bin: bin,
+			HTTP: fmt.Sprintf("%s:%d", ip, httpPort), Raft: fmt.Sprintf("%s:%d", ip, raftPort),
+			LogPath: filepath.Join(logDir, id+".log")}
+		s.args = []string{"server", "--id", id, "--data-dir", filepath.Join(dataDir, id),
+			"--http-addr", s.HTTP, "--raft-addr", s.Raft, "--peers", strings.Join(peers, ","),
+			"--service-cidr", pools.IPRange, "--node-port-range", pools.PortRange,
+			"--heartbeat-timeout", tuning.HeartbeatTimeout.String(), "--election-timeout", tuning.ElectionTimeout.String(),
+			"--leader-lease-timeout", tuning.LeaderLeaseTimeout.String(),
+			"--snapshot-threshold", fmt.Sprint(tuning.SnapshotThreshold), "--snapshot-interval", tuning.SnapshotInterval.String(),
+			"--trailing-logs", fmt.Sprint(tuning.TrailingLogs), "--log-level", "info"}
+		c.Servers = append(c.Servers, s)
+		c.ctl = append(c.ctl, client.New(s.HTTP, &http.Client{Timeout: time.Second,
+			Transport: &http.Transport{DisableKeepAlives: true}}))
+	}
+	return c
+}
+
+// Start starts every server that is not running.
+func (c *Cluster) Start() error {
+	for _, s := range c.Servers {
+		if up, _ := s.Running(); !up {
+			if err := s.Start(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close kills every server.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, s := range c.Servers {
+		errs = append(errs, s.Kill())
+	}
+	return errors.Join(errs...)
+}
+
+// index returns the index of the node with this ID, or -1.
+func (c *Cluster) index(id string) int {
+	for i, s := range c.Servers {
+		if s.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Leader asks every running, unpaused node who leads and returns the
+// leader of the highest term that a node reports, or -1.
+func (c *Cluster) Leader(ctx context.Context) (leader int, term uint64) {
+	leader = -1
+	for i, s := range c.Servers {
+		if up, paused := s.Running(); !up || paused {
+			continue
+		}
+		st, err := c.ctl[i].Cluster(ctx)
+		if err != nil || st.Leader.ID == "" {
+			continue
+		}
+		if j := c.index(st.Leader.ID); j >= 0 && st.Term >= term {
+			leader, term = j, st.Term
+		}
+	}
+	return leader, term
+}
+
+// WaitLeader polls Leader until one is known or ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context) (int, uint64, error) {
+	for {
+		if l, term := c.Leader(ctx); l >= 0 {
+			return l, term, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, 0, fmt.Errorf("no leader: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitPools waits until the leader serves every pool of ps.
+func (c *Cluster) WaitPools(ctx context.Context, ps PoolSet) error {
+	for {
+		l, _ := c.Leader(ctx)
+		if l >= 0 {
+			ok := true
+			for _, p := range []string{ps.IPPool, ps.PortPool} {
+				if _, err := c.ctl[l].Pool(ctx, p, client.Options{}); err != nil {
+					ok = false
+				}
+			}
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pools not served: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// AppliedIndex returns node i's applied index.
+func (c *Cluster) AppliedIndex(ctx context.Context, i int) (uint64, error) {
+	st, err := c.ctl[i].Cluster(ctx)
+	return st.AppliedIndex, err
+}
+
+// Converge waits until every node knows the same leader, and has applied
+// the leader's commit index, with the same applied index everywhere.
+func (c *Cluster) Converge(ctx context.Context) error {
+	var last string
+	for {
+		idx := map[uint64]bool{}
+		leaders := map[string]bool{}
+		var commit uint64
+		ok := true
+		for i := range c.Servers {
+			st, err := c.ctl[i].Cluster(ctx)
+			if err != nil {
+				ok, last = false, fmt.Sprintf("n%d: %v", i+1, err)
+				break
+			}
+			idx[st.AppliedIndex] = true
+			leaders[st.Leader.ID] = true
+			if st.Leader.ID == st.ID {
+				commit = st.CommitIndex
+			}
+		}
+		if ok {
+			last = fmt.Sprintf("applied indexes %v, leaders %v, leader's commit index %d", keys(idx), keys(leaders), commit)
+			if len(idx) == 1 && len(leaders) == 1 && !leaders[""] && idx[commit] {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replicas did not converge (%s): %w", last, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func keys[K comparable, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Final reads every pool's allocations with a linearizable list through
+// node via (pool -> value -> owner).
+func (c *Cluster) Final(ctx context.Context, via int, ps PoolSet) (map[string]map[string]string, error) {
+	final := map[string]map[string]string{}
+	for _, p := range []string{ps.IPPool, ps.PortPool} {
+		as, err := c.ctl[via].ListAll(ctx, p, "", client.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", p, err)
+		}
+		final[p] = map[string]string{}
+		for _, a := range as {
+			final[p][a.Value] = a.Owner
+		}
+	}
+	return final, nil
+}
+
+// CompareReplicas reads every pool from every node with consistency=stale
+// and reports each difference: the RangeAllocation (range and bitmap
+// bytes) and the owners of the allocations.
+func (c *Cluster) CompareReplicas(ctx context.Context, ps PoolSet) []string {
+	var problems []string
+	for _, p := range []string{ps.IPPool, ps.PortPool} {
+		var ref *replica
+		for i := range c.Servers {
+			r, err := c.readReplica(ctx, i, p)
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			if ref == nil {
+				ref = &r
+				continue
+			}
+			if r.rng != ref.rng || !bytes.Equal(r.data, ref.data) {
+				problems = append(problems, fmt.Sprintf("pool %s: %s has RangeAllocation %s %x, %s has %s %x",
+					p, ref.id, ref.rng, ref.data, r.id, r.rng, r.data))
+			}
+			if r.owners != ref.owners {
+				problems = append(problems, fmt.Sprintf("pool %s: %s has owners %s, %s has %s", p, ref.id, ref.owners, r.id, r.owners))
+			}
+		}
+	}
+	return problems
+}
+
+// replica is one node's copy of one pool.
+type replica struct {
+	id, rng, owners string // owners: "value=owner,..." sorted
+	data            []byte
+}
+
+func (c *Cluster) readReplica(ctx context.Context, i int, pool string) (replica, error) {
+	stale := client.Options{Consistency: "stale"}
+	r := replica{id: c.Servers[i].ID}
+	ra, err := c.ctl[i].RangeAllocation(ctx, pool, stale)
+	if err != nil {
+		return r, fmt.Errorf("%s: RangeAllocation %s: %w", r.id, pool, err)
+	}
+	as, err := c.ctl[i].ListAll(ctx, pool, "", stale)
+	if err != nil {
+		return r, fmt.Errorf("%s: list %s: %w", r.id, pool, err)
+	}
+	var owners []string
+	for _, a := range as {
+		owners = append(owners, a.Value+"="+a.Owner)
+	}
+	sort.Strings(owners)
+	r.rng, r.data, r.owners = ra.Range, ra.Data, strings.Join(owners, ",")
+	return r, nil
+}

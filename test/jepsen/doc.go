@@ -1,0 +1,29 @@
+// Package jepsen is a Jepsen-style partition suite for rangealloc: three
+// real `rangealloc server` processes, each in its own network namespace,
+// concurrent HTTP clients in the root namespace, and a nemesis that
+// partitions, kills and pauses the nodes on a schedule drawn from a seed.
+// The recorded history is judged by package test/checker.
+//
+// The network of a run (R is a free octet, claimed by creating the bridge):
+//
+//	root namespace                         namespace rjepsen-<pid>-R-n1 ... -n3
+//	┌──────────────────────────────┐       ┌─────────────────────────────┐
+//	│ clients ── bridge rjbR       │       │ rjpRn1 10.77.R.1            │
+//	│           10.77.R.254/24     │─veth──│ rangealloc server n1        │
+//	│             ├─ rjvRn1 ───────┘       │ iptables INPUT/OUTPUT DROP  │
+//	│             ├─ rjvRn2 ─── … n2 10.77.R.2                          │
+//	│             └─ rjvRn3 ─── … n3 10.77.R.3                          │
+//	└──────────────────────────────┘       └─────────────────────────────┘
+//
+// Partitions are DROP rules in the nodes' own namespaces between node
+// addresses only: clients always reach every node, as in Jepsen, so an
+// isolated leader still receives requests and must not acknowledge them.
+//
+// Invariants the harness keeps:
+//   - Traffic goes only to 10.77.R.0/24 addresses it created.
+//   - Everything it creates (namespaces, links, processes) is named after
+//     the run and the test process's PID, deleted by t.Cleanup and by a
+//     SIGINT/SIGTERM handler, and swept by the next run once that PID is gone.
+//   - The nemesis schedule is a pure function of the seed and the options;
+//     only which node is "the leader" is resolved while running.
+package jepsen

@@ -1,0 +1,200 @@
+package jepsen
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/test/checker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	flagSeed     = flag.Uint64("jepsen.seed", 0, "run one seed (0: the fixed CI seeds of -jepsen.seeds)")
+	flagSeeds    = flag.String("jepsen.seeds", "1,2,3", "the fixed seeds run when -jepsen.seed is 0")
+	flagDuration = flag.Duration("jepsen.duration", 30*time.Second, "least length of the nemesis schedule (every fault runs once regardless)")
+	flagNemesis  = flag.String("jepsen.nemesis", "all", "faults to draw from: all, or a comma-separated list of "+fmt.Sprint(AllFaults))
+	flagClients  = flag.Int("jepsen.clients", 10, "concurrent clients")
+	flagReaders  = flag.Int("jepsen.readers", 3, "read-only clients bound to each node")
+	flagOpTO     = flag.Duration("jepsen.op-timeout", 6*time.Second, "timeout of one write attempt of the even-numbered clients (keep it above the server's 5 s, so that NoLeader answers arrive)")
+	flagImpTO    = flag.Duration("jepsen.impatient-timeout", 2*time.Second, "timeout of one write attempt of the odd-numbered clients")
+	flagReadTO   = flag.Duration("jepsen.read-timeout", time.Second, "timeout of one read attempt")
+	flagCheckTO  = flag.Duration("jepsen.check-timeout", time.Minute, "porcupine's time limit")
+	flagArtDir   = flag.String("jepsen.artifacts", "", "directory for the artifacts (default: a new temp dir per seed, removed when the run passes unless -jepsen.keep)")
+	flagKeep     = flag.Bool("jepsen.keep", false, "keep the default temp artifacts dir of a passing run")
+	flagBin      = flag.String("jepsen.bin", "", "a prebuilt rangealloc binary (default: build ./cmd/rangealloc without -race)")
+)
+
+// TestJepsen runs the partition suite: one seed given by -jepsen.seed, or
+// else the fixed CI seeds. Without network namespaces it skips, or fails
+// when CI=true.
+func TestJepsen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("jepsen: skipped in -short mode")
+	}
+	if err := Preflight(); err != nil {
+		unavailable(t, err)
+	}
+	faults, err := ParseFaults(*flagNemesis)
+	require.NoError(t, err)
+	seeds := []uint64{*flagSeed}
+	if *flagSeed == 0 {
+		seeds = nil
+		for _, f := range strings.Split(*flagSeeds, ",") {
+			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			require.NoError(t, err, "-jepsen.seeds")
+			seeds = append(seeds, s)
+		}
+	}
+	bin := binary(t)
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			dir, keep := *flagArtDir, true
+			if dir == "" {
+				var err error
+				dir, err = os.MkdirTemp("", fmt.Sprintf("rangealloc-jepsen-%d-", seed))
+				require.NoError(t, err)
+				keep = *flagKeep
+			} else if len(seeds) > 1 {
+				dir = filepath.Join(dir, fmt.Sprintf("seed-%d", seed))
+			}
+			res, err := Run(t, Options{Seed: seed, Duration: *flagDuration, Faults: faults, Clients: *flagClients, Readers: *flagReaders,
+				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir})
+			if errors.Is(err, ErrNoNetns) {
+				unavailable(t, err)
+			}
+			require.NoError(t, err)
+			t.Logf("%s", res)
+			for _, p := range res.Problems {
+				t.Errorf("%s", p)
+			}
+			if t.Failed() || keep {
+				t.Logf("artifacts in %s (replay: go test ./test/jepsen/ -run TestJepsen -v -jepsen.seed=%d)", dir, seed)
+			} else {
+				_ = os.RemoveAll(dir)
+				t.Logf("passed; artifacts removed (-jepsen.keep or -jepsen.artifacts keeps them)")
+			}
+		})
+	}
+}
+
+// unavailable fails the test under CI=true and skips it otherwise.
+func unavailable(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("jepsen: cannot run under CI=true: %v", err)
+	}
+	t.Skipf("jepsen: skipped: %v (run as root with iproute2 and iptables; CI=true makes this a failure)", err)
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// binary returns -jepsen.bin, or builds the server once, without -race.
+func binary(t *testing.T) string {
+	if *flagBin != "" {
+		p, err := filepath.Abs(*flagBin)
+		require.NoError(t, err)
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-bin-", tempPrefix, os.Getpid()))
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "rangealloc")
+		out, err := exec.Command("go", "build", "-o", builtBin, "github.com/rangealloc/rangealloc/cmd/rangealloc").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return builtBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		_ = os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
+// TestEvidence proves that the anti-vacuity check fails a run that saw
+// none of the events it needs, names each one missing, and passes a run
+// that saw them all.
+func TestEvidence(t *testing.T) {
+	quiet := checker.History{
+		{Client: 0, Kind: "allocate", Pool: "p", Owner: "a", Key: "k1", Call: 10, Return: 20, Outcome: checker.OK, Result: "1"},
+		{Client: 1, Kind: "get", Pool: "p", Value: "1", Call: 30, Return: 40, Outcome: checker.OK, Result: "a"},
+	}
+	oneElection := []string{"[INFO]  raft: entering leader state: leader=\"Node at 10.77.1.1:7081 [Leader]\"\n", "", ""}
+	faults := []Window{{Fault: KillAll, Start: 100, End: 200, Majority: false}} // the quiet ops precede it
+
+	rep := Gather(quiet, faults, oneElection).Check()
+	assert.False(t, rep.OK, "a run with no leader change, unknown outcome, snapshot install or ok under a fault")
+	assert.Len(t, rep.Problems, 4, "each missing event is named: %v", rep.Problems)
+	rep = Gather(nil, nil, nil).Check()
+	assert.False(t, rep.OK, "an empty run")
+
+	busy := append(checker.History{
+		{Client: 2, Kind: "allocate", Pool: "p", Owner: "b", Key: "k2", Call: 110, Return: 190, Outcome: checker.Unknown},
+		{Client: 0, Kind: "release", Pool: "p", Value: "1", Owner: "a", Key: "k3", Call: 310, Return: 390, Outcome: checker.OK},
+	}, quiet...)
+	logs := []string{oneElection[0], oneElection[0] + "[INFO]  raft: Installed remote snapshot\n", ""}
+	windows := append(faults, Window{Fault: IsolateLeader, Start: 300, End: 400, Majority: true})
+	e := Gather(busy, windows, logs)
+	assert.Equal(t, Evidence{LeaderChanges: 1, Unknown: 1, SnapshotInstalls: 1, OKUnderFault: 1}, e)
+	assert.True(t, e.Check().OK, "%v", e.Check().Problems)
+}
+
+// TestPlan checks that the schedule is a function of the seed, holds
+// every fault asked for, and lasts at least the duration asked for.
+func TestPlan(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 42} {
+		a, b := Plan(seed, AllFaults, 30*time.Second), Plan(seed, AllFaults, 30*time.Second)
+		assert.Equal(t, a, b, "Plan(%d) twice", seed)
+		seen := map[Fault]bool{}
+		var sum time.Duration
+		for _, s := range a {
+			seen[s.Fault] = true
+			sum += s.Hold + s.Rest
+		}
+		assert.Len(t, seen, len(AllFaults), "Plan(%d) has every fault", seed)
+		assert.GreaterOrEqual(t, sum, 30*time.Second, "Plan(%d) lasts", seed)
+	}
+	assert.NotEqual(t, Plan(1, AllFaults, time.Minute), Plan(2, AllFaults, time.Minute))
+	only := Plan(7, []Fault{KillAll}, 10*time.Second)
+	for _, s := range only {
+		assert.Equal(t, KillAll, s.Fault)
+	}
+	_, err := ParseFaults("isolate-leader,nope")
+	assert.Error(t, err)
+}
+
+// TestExpandLists checks that a list becomes one get per value of its pool.
+func TestExpandLists(t *testing.T) {
+	ps := PoolSet{IPPool: "ip", PortPool: "port", PortValues: []string{"1", "2", "3"}}
+	h := checker.History{{Kind: "list", Pool: "port", Call: 1, Return: 2, Outcome: checker.OK, Listed: map[string]string{"2": "a"}},
+		{Kind: "list", Pool: "port", Call: 3, Return: 4, Outcome: checker.Fail}}
+	got := ExpandLists(h, ps)
+	require.Len(t, got, 5)
+	want := map[string]string{"1": "", "2": "a", "3": ""}
+	for _, op := range got[2:] {
+		assert.Equal(t, "get", op.Kind)
+		assert.Equal(t, want[op.Value], op.Result, "get of %s", op.Value)
+	}
+}

@@ -1,0 +1,251 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/test/checker"
+)
+
+// Options configure one run.
+type Options struct {
+	// Seed fixes the workload's choices and the nemesis' schedule.
+	Seed uint64
+	// Duration is the least the schedule's holds and rests add up to; a
+	// run always includes every fault of Faults once.
+	Duration time.Duration
+	// Faults are the kinds of fault the nemesis draws from.
+	Faults []Fault
+	// Clients is the number of concurrent clients that pick a node per
+	// operation; Readers the number of read-only clients bound to each node.
+	Clients, Readers int
+	// OpTimeout bounds one attempt of a write by a patient client,
+	// ImpatientTimeout by an impatient one, ReadTimeout one of a read.
+	OpTimeout, ImpatientTimeout, ReadTimeout time.Duration
+	// CheckTimeout bounds porcupine's search.
+	CheckTimeout time.Duration
+	// Binary is the rangealloc binary the servers run.
+	Binary string
+	// Artifacts is where the history, the nemesis log, the servers' logs
+	// and porcupine's visualisation go.
+	Artifacts string
+}
+
+// Result sums up a run.
+type Result struct {
+	Seed     uint64
+	Elapsed  time.Duration
+	Counts   map[string]int // attempts by kind and outcome
+	Faults   int            // faults carried out
+	Evidence Evidence
+	Verdicts []string // one line per check, "name: ok" or "name: FAIL ..."
+	Problems []string // every failed check's problems; empty when the run passed
+}
+
+func (r Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s, %d attempts (%d ok, %d fail, %d unknown, %d retries; %d allocate, %d release, %d get, %d list), %d faults\n",
+		r.Seed, r.Elapsed.Round(100*time.Millisecond), r.Counts["ok"]+r.Counts["fail"]+r.Counts["unknown"],
+		r.Counts["ok"], r.Counts["fail"], r.Counts["unknown"], r.Counts["retry"],
+		r.Counts["allocate"], r.Counts["release"], r.Counts["get"], r.Counts["list"], r.Faults)
+	fmt.Fprintf(&b, "evidence: %s\n", r.Evidence)
+	for _, v := range r.Verdicts {
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	return b.String()
+}
+
+// Run builds the network, starts the cluster, runs the workload under the
+// nemesis, heals, and checks the history. Everything it creates is removed
+// by t.Cleanup, or by the signal handler on SIGINT/SIGTERM. When network
+// namespaces cannot be created it returns an error wrapping ErrNoNetns
+// before starting anything.
+func Run(t testing.TB, o Options) (Result, error) {
+	res := Result{Seed: o.Seed}
+	pools := DefaultPools()
+	c, err := setUp(t, o, pools)
+	if err != nil {
+		return res, err
+	}
+	nlog, err := os.Create(filepath.Join(o.Artifacts, "nemesis.log"))
+	if err != nil {
+		return res, err
+	}
+	defer nlog.Close()
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	nem := &Nemesis{C: c, Now: now, Out: nlog}
+	plan := Plan(o.Seed, o.Faults, o.Duration)
+	for i, s := range plan {
+		nem.Logf("plan %d: %s", i+1, s)
+	}
+	if err := c.Start(); err != nil {
+		return res, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = c.WaitPools(ctx, pools)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("cluster did not come up: %w (logs in %s)", err, o.Artifacts)
+	}
+	nem.Logf("cluster up")
+
+	history, nemErr := runUnderNemesis(o, c, nem, plan, pools, now)
+	res.Problems = append(res.Problems, errString(nemErr)...)
+	res.Elapsed = time.Since(start)
+	res.Counts = Counts(history)
+	res.Faults = len(nem.Windows())
+	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
+		return res, err
+	}
+	checkRun(&res, o, c, nem, pools, history)
+	nem.Logf("verdict: %d problems", len(res.Problems))
+	summary := res.String() + strings.Join(res.Problems, "\n") + "\n"
+	return res, os.WriteFile(filepath.Join(o.Artifacts, "summary.txt"), []byte(summary), 0o644)
+}
+
+// setUp sweeps what dead runs left, prepares the artifacts directory, and
+// builds the network and the (not yet started) cluster, registering their
+// teardown.
+func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
+	for _, r := range Sweep() {
+		t.Logf("removed stale %s", r)
+	}
+	if err := os.MkdirAll(o.Artifacts, 0o755); err != nil {
+		return nil, err
+	}
+	lab, err := NewLab(3, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	dataDir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tempPrefix, os.Getpid()))
+	if err != nil {
+		lab.Close()
+		return nil, err
+	}
+	c := NewCluster(lab, o.Binary, dataDir, o.Artifacts, DefaultTuning(), pools)
+	t.Cleanup(onExit(func() {
+		_ = c.Close()
+		if err := lab.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "jepsen: cleanup: %v\n", err)
+		}
+		_ = os.RemoveAll(dataDir)
+	}))
+	t.Logf("seed %d: nodes %v in namespaces %v, clients from %s; artifacts in %s", o.Seed, lab.IPs, lab.NS, lab.HostIP, o.Artifacts)
+	for _, s := range c.Servers { // a reused artifacts dir: start the logs afresh
+		_ = os.Remove(s.LogPath)
+	}
+	_ = os.Remove(filepath.Join(o.Artifacts, "history.html"))
+	return c, nil
+}
+
+// burstSize is the number of reads sent to a paused leader before it
+// resumes.
+const burstSize = 16
+
+// runUnderNemesis runs the clients while the nemesis carries out its plan,
+// then a quiet, healed second more, and returns the history.
+func runUnderNemesis(o Options, c *Cluster, nem *Nemesis, plan []Step, pools PoolSet, now func() int64) (checker.History, error) {
+	var addrs []string
+	for _, s := range c.Servers {
+		addrs = append(addrs, s.HTTP)
+	}
+	w := &Workload{Addrs: addrs, Pools: pools, Clients: o.Clients, Readers: o.Readers, Seed: o.Seed, OpTimeout: o.OpTimeout,
+		ImpatientTimeout: o.ImpatientTimeout, ReadTimeout: o.ReadTimeout, Now: now}
+	burstRNG := rand.New(rand.NewPCG(o.Seed, 0xb0))
+	nem.BeforeResume = func(node int) { w.Burst(node, burstSize, burstRNG) }
+	mctx, stopMonitor := context.WithCancel(context.Background())
+	wctx, stopClients := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var history checker.History
+	wg.Add(2)
+	go func() { defer wg.Done(); nem.Monitor(mctx) }()
+	go func() { defer wg.Done(); history = w.Run(wctx) }()
+	err := nem.Run(context.Background(), plan)
+	sleep(context.Background(), 2*time.Second)
+	stopClients()
+	stopMonitor()
+	wg.Wait()
+	nem.Logf("clients stopped")
+	return history, err
+}
+
+// checkRun converges the replicas, reads the final state and runs every
+// check, filling in res.Verdicts and res.Problems.
+func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, history checker.History) {
+	verdict := func(name string, problems []string) {
+		if len(problems) == 0 {
+			res.Verdicts = append(res.Verdicts, name+": ok")
+			return
+		}
+		res.Verdicts = append(res.Verdicts, fmt.Sprintf("%s: FAIL (%d problems)", name, len(problems)))
+		for _, p := range problems {
+			res.Problems = append(res.Problems, name+": "+p)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var final map[string]map[string]string
+	err := c.Converge(ctx)
+	if err == nil {
+		var l int
+		l, _, err = c.WaitLeader(ctx)
+		if err == nil {
+			final, err = c.Final(ctx, l, pools)
+		}
+	}
+	verdict("replicas converge", errString(err))
+	if err == nil {
+		verdict("identical replicas", c.CompareReplicas(ctx, pools))
+	}
+	var crashes []string
+	for _, s := range c.Servers {
+		crashes = append(crashes, s.Crashes()...)
+	}
+	verdict("no server crashed", crashes)
+
+	// The checker package's checks, on the history with every list
+	// expanded to gets, so that porcupine judges lists too.
+	viz := filepath.Join(o.Artifacts, "history.html")
+	for _, r := range checker.CheckAll(ExpandLists(history, pools), final, o.CheckTimeout, viz) {
+		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
+		if r.Name == "linearizable" && !r.OK {
+			res.Verdicts[len(res.Verdicts)-1] += "; visualisation in " + viz
+		}
+	}
+	var logs []string
+	for _, s := range c.Servers {
+		b, _ := os.ReadFile(s.LogPath)
+		logs = append(logs, string(b))
+	}
+	res.Evidence = Gather(history, nem.Windows(), logs)
+	verdict("not vacuous", res.Evidence.Check().Problems)
+}
+
+func writeHistory(path string, h checker.History) error {
+	sort.SliceStable(h, func(i, j int) bool { return h[i].Call < h[j].Call })
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := h.WriteJSONL(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func errString(err error) []string {
+	if err == nil {
+		return nil
+	}
+	return []string{err.Error()}
+}
