@@ -79,28 +79,64 @@ func (f *forwarder) close() {
 	}
 }
 
+// leaderPoll is how often a forwarded call in flight checks whether the
+// leader it went to is still the one this node knows.
+const leaderPoll = 50 * time.Millisecond
+
+// errLeaderMoved abandons a forwarded call: this node learned of another
+// leader while the call was in flight.
+var errLeaderMoved = errors.New("abandoned: this node learned of a new leader while the call was in flight")
+
 // call runs an RPC on the node at addr. sent reports whether the request
 // may have reached it: a failure before that is definite.
-func (f *forwarder) call(ctx context.Context, addr, method string, args, reply any) (sent bool, err error) {
+//
+// moved, when set, is polled while the call is in flight: once it reports
+// true (this node knows another leader) the call is abandoned as sent, an
+// unknown outcome, so the caller retries through the new leader with the
+// same request ID. Without it, a call to a leader that is paused or cut
+// off by a firewall that drops packets would wait out the caller's whole
+// deadline, though a new leader serves within an election timeout.
+func (f *forwarder) call(ctx context.Context, addr, method string, args, reply any, moved func() bool) (sent bool, err error) {
 	c, err := f.client(addr)
 	if err != nil {
 		return false, err
 	}
 	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
-	select {
-	case <-call.Done:
-		if call.Error != nil {
-			var se rpc.ServerError
-			if !errors.As(call.Error, &se) {
-				f.drop(addr, c) // the connection broke
+	var poll <-chan time.Time
+	if moved != nil {
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+	for {
+		select {
+		case <-call.Done:
+			if call.Error != nil {
+				var se rpc.ServerError
+				if !errors.As(call.Error, &se) {
+					f.drop(addr, c) // the connection broke
+				}
+				// ErrShutdown: the client knew its connection was gone and sent
+				// nothing. Any other failure may have come after the request left.
+				return !errors.Is(call.Error, rpc.ErrShutdown), call.Error
 			}
-			// ErrShutdown: the client knew its connection was gone and sent
-			// nothing. Any other failure may have come after the request left.
-			return !errors.Is(call.Error, rpc.ErrShutdown), call.Error
+			return true, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-poll:
+			if moved() {
+				return true, errLeaderMoved
+			}
 		}
-		return true, nil
-	case <-ctx.Done():
-		return true, ctx.Err()
+	}
+}
+
+// leaderMoved returns a function reporting whether this node knows a
+// leader other than addr.
+func (n *Node) leaderMoved(addr string) func() bool {
+	return func() bool {
+		now, _ := n.raft.LeaderWithID()
+		return now != "" && string(now) != addr
 	}
 }
 
@@ -149,7 +185,7 @@ func fromWireErr(w *wireErr) error {
 // forwardSubmit proposes a request through the leader at addr.
 func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
 	var reply submitReply
-	sent, err := n.fwd.call(ctx, addr, "Submit", &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req})}, &reply)
+	sent, err := n.fwd.call(ctx, addr, "Submit", &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req})}, &reply, n.leaderMoved(addr))
 	if err != nil {
 		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
 	}
@@ -166,7 +202,7 @@ func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request)
 // forwardRead runs a read on the leader at addr.
 func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*readReply, error) {
 	var reply readRPCReply
-	if _, err := n.fwd.call(ctx, addr, "Read", args, &reply); err != nil {
+	if _, err := n.fwd.call(ctx, addr, "Read", args, &reply, n.leaderMoved(addr)); err != nil {
 		return nil, fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
 	if reply.Err != nil {
@@ -178,7 +214,7 @@ func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*r
 // forwardCall runs a cluster or restore call on the leader at addr.
 func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) error {
 	var reply callReply
-	if _, err := n.fwd.call(ctx, addr, method, args, &reply); err != nil {
+	if _, err := n.fwd.call(ctx, addr, method, args, &reply, nil); err != nil {
 		return fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
 	return fromWireErr(reply.Err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,6 +228,53 @@ func TestIdempotentRetryAcrossLeaderChange(t *testing.T) {
 	_, err = nl.Node.Allocate(ctx, "ip", "", "other-owner", 0, "retry-key-1")
 	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused})
 	c.Start(l.Index)
+}
+
+// TestFollowerLeavesUnreachableLeader: calls a follower forwarded to a
+// leader that then vanished behind a partition (packets dropped, not
+// refused: a paused process or a firewall) are carried to the new leader
+// as soon as the follower learns of it, with the same request ID, instead
+// of waiting out the caller's deadline. The partition lasts until both
+// calls have returned, so only the new leader can have answered them.
+func TestFollowerLeavesUnreachableLeader(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	st, err := f.Node.Cluster()
+	require.NoError(t, err)
+	require.Equal(t, l.ID, st.LeaderID, "the follower knows the leader before the partition")
+	ctx := ctxT(t, 20*time.Second)
+	_, err = f.Node.Pool(ctx, node.Linearizable, "ip")
+	require.NoError(t, err, "a forwarded read opens the follower's connection to the leader")
+
+	c.Isolate(l.Index)
+	var (
+		wg   sync.WaitGroup
+		a    []fsm.Allocation
+		aErr error
+		gErr error
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); a, aErr = f.Node.Allocate(ctx, "ip", "10.96.0.77", "moved", 0, "moved-key") }()
+	go func() { defer wg.Done(); _, gErr = f.Node.Get(ctx, node.Linearizable, "ip", "10.96.0.1") }()
+	wg.Wait()
+	require.NoError(t, aErr, "the write reaches the new leader")
+	require.ErrorIs(t, gErr, &fsm.Error{Code: fsm.CodeNotAllocated}, "the read is answered by the new leader")
+
+	var others []int
+	for _, m := range c.Members {
+		if m.Index != l.Index {
+			others = append(others, m.Index)
+		}
+	}
+	nl := c.LeaderAmong(others...)
+	got, err := nl.Node.Get(ctx, node.Linearizable, "ip", "10.96.0.77")
+	require.NoError(t, err)
+	assert.Equal(t, a[0], got)
+	c.Heal()
+	again, err := l.Node.Allocate(ctx, "ip", "10.96.0.77", "moved", 0, "moved-key")
+	require.NoError(t, err)
+	assert.Equal(t, a, again, "a retry of the key after the heal returns the first answer")
 }
 
 func TestMembershipAndTransfer(t *testing.T) {

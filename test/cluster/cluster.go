@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,8 +108,11 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// faultyDial dials the forwarding RPC through the fault table: a dial
-// across a cut fails, and a connection stops working once its path is cut.
+// faultyDial dials the forwarding RPC through the fault table, which it
+// treats as a firewall that drops packets: a dial across a cut fails, and
+// on a connection whose path is cut, bytes written vanish and bytes sent
+// back never arrive, so a call in flight hangs as it would behind
+// iptables DROP (or at a paused leader) instead of failing at once.
 func (c *Cluster) faultyDial(local raft.ServerAddress) func(string, time.Duration) (net.Conn, error) {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		remote := raft.ServerAddress(addr)
@@ -127,23 +131,34 @@ type faultConn struct {
 	net.Conn
 	local, remote raft.ServerAddress
 	f             *transport.Faults
+	broken        atomic.Bool // bytes were lost: the stream can never be read right again
 }
 
 func (fc *faultConn) Write(p []byte) (int, error) {
 	if !fc.f.Allowed(fc.local, fc.remote) {
-		fc.Conn.Close()
-		return 0, fmt.Errorf("write to %s: cut by the test", fc.remote)
+		fc.broken.Store(true)
+		return len(p), nil // dropped on the way
+	}
+	if fc.broken.Load() {
+		fc.Conn.Close() // the peer saw a gap in the stream and gave up
+		return 0, fmt.Errorf("write to %s: connection lost bytes to a cut", fc.remote)
 	}
 	return fc.Conn.Write(p)
 }
 
 func (fc *faultConn) Read(p []byte) (int, error) {
-	n, err := fc.Conn.Read(p)
-	if n > 0 && !fc.f.Allowed(fc.remote, fc.local) {
-		fc.Conn.Close()
-		return 0, fmt.Errorf("read from %s: cut by the test", fc.remote)
+	for {
+		n, err := fc.Conn.Read(p)
+		if n > 0 && !fc.f.Allowed(fc.remote, fc.local) {
+			fc.broken.Store(true)
+			continue // dropped on the way
+		}
+		if n > 0 && fc.broken.Load() {
+			fc.Conn.Close()
+			return 0, fmt.Errorf("read from %s: connection lost bytes to a cut", fc.remote)
+		}
+		return n, err
 	}
-	return n, err
 }
 
 // Start opens member i's node on its data directory.
