@@ -521,3 +521,25 @@ func randomEntries(rng *rand.Rand, n int) [][]*Request {
 	}
 	return out
 }
+
+// TestBodySize checks that bodySize bounds encodeBody's output, so that
+// EncodeBatch and Fingerprint allocate their buffers once.
+func TestBodySize(t *testing.T) {
+	long := string(make([]byte, MaxOwnerLen))
+	reqs := []*Request{
+		{Kind: KindCreatePool, Pool: "clusterip-ipv4", Range: "10.96.0.0/12"},
+		{Kind: KindDeletePool, Pool: "p"},
+		{Kind: KindSetMember, Member: Member{ID: "n1", RaftAddr: "10.0.0.1:7081", APIAddr: "10.0.0.1:7080"}},
+		{Kind: KindRemoveMember, Member: Member{ID: "n1"}},
+		{Kind: KindTxn, Ops: []Op{{Kind: OpAllocate, Pool: "p", Owner: long, Count: MaxCount}}},
+	}
+	big := &Request{Kind: KindTxn}
+	for i := 0; i < MaxOps; i++ {
+		big.Ops = append(big.Ops, release("clusterip-ipv4", fmt.Sprintf("10.96.%d.%d", i/256, i%256), long))
+	}
+	for _, r := range append(reqs, big) {
+		e := encoder{}
+		encodeBody(&e, r)
+		assert.LessOrEqual(t, len(e.b), bodySize(r), "kind %d", r.Kind)
+	}
+}
