@@ -273,6 +273,7 @@ func TestCLI(t *testing.T) {
 		{args: []string{"pools", "delete", "nope"}, code: 1, stderr: "Error: PoolNotFound:"},
 		{args: []string{"allocate"}, code: 1, stderr: "Error: accepts between 1 and 2 arg(s)"},
 		{args: []string{"pools", "-o", "yaml"}, code: 1, stderr: `--output "yaml"`},
+		{args: []string{"server", "--request-timeout", "0s"}, code: 1, stderr: "Error: --request-timeout 0s: want a positive duration"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--pool", "nodeport", "-o", "json"}, jsonKey: "opsPerSec"},
 	}
 	for _, r := range rows {

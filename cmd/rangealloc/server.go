@@ -29,6 +29,7 @@ type serverFlags struct {
 	logLevel                                          string
 	logJSON                                           bool
 	pprof                                             bool
+	requestTimeout                                    time.Duration
 	tuning                                            node.Config // Raft and snapshot tuning
 }
 
@@ -70,6 +71,8 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP address")
+	fl.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second,
+		"how long an API request may wait for the leader, including while there is none (then 503 NoLeader, or Unavailable for a write of unknown outcome)")
 	f.tuning = node.DefaultConfig()
 	fl.DurationVar(&f.tuning.HeartbeatTimeout, "heartbeat-timeout", f.tuning.HeartbeatTimeout, "Raft heartbeat timeout (advanced)")
 	fl.DurationVar(&f.tuning.ElectionTimeout, "election-timeout", f.tuning.ElectionTimeout, "Raft election timeout (advanced)")
@@ -132,6 +135,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if level == hclog.NoLevel {
 		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", f.logLevel)
 	}
+	if f.requestTimeout <= 0 {
+		return fmt.Errorf("--request-timeout %s: want a positive duration, such as 5s", f.requestTimeout)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
 	pools, err := f.pools()
 	if err != nil {
@@ -171,7 +177,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return err
 	}
 	metrics.WatchPools(n.LocalState())
-	var handler http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics})
+	var handler http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics, Timeout: f.requestTimeout})
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.Handle("/debug/pprof/", http.DefaultServeMux) // net/http/pprof registers there
