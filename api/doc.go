@@ -6,5 +6,6 @@
 // Writes, linearizable reads and cluster changes received by a follower
 // are carried to the leader by the node itself (over its internal RPC), so
 // every node serves every endpoint. X-Rangealloc-Served-By names the node
-// that answered the HTTP request.
+// whose state answered (node.WithServedBy): the leader for a call carried
+// to it, else the node that received the request.
 package api

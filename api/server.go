@@ -142,10 +142,14 @@ func (srv *Server) notFound(w http.ResponseWriter, r *http.Request) {
 // ServeHTTP serves a request, stamping X-Rangealloc-Served-By, timing it,
 // and logging the ones that fail with an internal error.
 func (srv *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Rangealloc-Served-By", srv.s.ID())
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	ctx, by := node.WithServedBy(r.Context())
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, self: srv.s.ID(), by: by}
+	r = r.WithContext(ctx)
 	srv.mux.ServeHTTP(rec, r)
+	if !rec.wrote {
+		rec.WriteHeader(http.StatusOK)
+	}
 	if rec.status == http.StatusInternalServerError {
 		srv.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", rec.status)
 	}
@@ -155,12 +159,44 @@ func (srv *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// statusRecorder remembers the status, and sets X-Rangealloc-Served-By as
+// the header goes out: the node whose state answered (the leader, for a
+// call this node forwarded), or this node when none did (the request was
+// refused before it reached one, or no leader answered).
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	wrote  bool
+	self   string
+	by     *node.ServedBy
 }
 
-func (s *statusRecorder) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.wrote {
+		return
+	}
+	s.wrote, s.status = true, code
+	id := s.by.ID()
+	if id == "" {
+		id = s.self
+	}
+	s.Header().Set("X-Rangealloc-Served-By", id)
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if !s.wrote {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+// Flush lets streamed answers reach the client as they are written.
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
 
 func (srv *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), srv.opts.Timeout)

@@ -49,8 +49,10 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		var o outcome
 		if n.IsLeader() {
 			o = n.propose(ctx, req)
-		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			answeredBy(ctx, n.id, o.err)
+		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
 			o = n.forwardSubmit(ctx, string(addr), req)
+			answeredBy(ctx, string(id), o.err)
 		} else {
 			o = outcome{err: ErrNoLeader, definite: true}
 		}

@@ -176,8 +176,10 @@ func (n *Node) onLeader(ctx context.Context, method string, args, reply any, fn 
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				err = fmt.Errorf("%w: %v", ErrNotLeader, err)
 			}
-		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			answeredBy(ctx, n.id, err)
+		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
 			err = n.forwardCall(ctx, string(addr), method, args)
+			answeredBy(ctx, string(id), err)
 		} else {
 			err = ErrNoLeader
 		}

@@ -57,6 +57,7 @@ type (
 // read serves a read at the requested consistency, here or on the leader.
 func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 	if Consistency(args.Consistency) == Stale {
+		served(ctx, n.id)
 		return n.readLocal(args), nil
 	}
 	var last error
@@ -65,8 +66,10 @@ func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 		var err error
 		if n.IsLeader() {
 			reply, err = n.readOnLeader(ctx, args)
-		} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			answeredBy(ctx, n.id, err)
+		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
 			reply, err = n.forwardRead(ctx, string(addr), args)
+			answeredBy(ctx, string(id), err)
 		} else {
 			err = ErrNoLeader
 		}

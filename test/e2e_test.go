@@ -157,9 +157,20 @@ func TestE2EThreeNodes(t *testing.T) {
 	a, meta, err := followers[0].client().Allocate(ctx, "clusterip-ipv4", "", "default/web", client.Options{IdempotencyKey: "web"})
 	require.NoError(t, err)
 	assert.Equal(t, 201, meta.Status)
-	got, _, err := followers[1].client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{})
+	assert.Equal(t, leaderID, meta.ServedBy, "a write through a follower is served by the leader")
+	got, meta, err := followers[1].client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{})
 	require.NoError(t, err, "a linearizable read through the other follower sees it")
 	assert.Equal(t, a, got)
+	assert.Equal(t, leaderID, meta.ServedBy, "so is a linearizable read")
+	require.Eventually(t, func() bool {
+		_, meta, err = followers[1].client().Get(ctx, "clusterip-ipv4", a.Value, client.Options{Consistency: "stale"})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the follower has applied the write")
+	assert.Equal(t, followers[1].id, meta.ServedBy, "a stale read is served by the node asked")
+	_, err = followers[0].client().Release(ctx, "nodeport", "30000", "", client.Options{})
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, leaderID, ce.ServedBy, "a refusal by the leader names the leader")
 
 	// kill -9 of the leader; writes resume.
 	leader.kill9(t)

@@ -195,6 +195,17 @@ func (c *Client) Get(ctx context.Context, pool, value string, o Options) (api.Al
 
 // List returns a page of a pool's allocations; next is "" on the last page.
 func (c *Client) List(ctx context.Context, pool, owner, after string, limit int, o Options) ([]api.Allocation, string, error) {
+	page, _, err := c.ListPage(ctx, pool, owner, after, limit, o)
+	next := ""
+	if page.Next != nil {
+		next = *page.Next
+	}
+	return page.Allocations, next, err
+}
+
+// ListPage is List with the whole answer and its metadata (which node
+// served it).
+func (c *Client) ListPage(ctx context.Context, pool, owner, after string, limit int, o Options) (api.AllocationList, Meta, error) {
 	q := o.query()
 	if owner != "" {
 		q.Set("owner", owner)
@@ -206,12 +217,8 @@ func (c *Client) List(ctx context.Context, pool, owner, after string, limit int,
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out api.AllocationList
-	_, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations"), q, nil, nil, &out)
-	next := ""
-	if out.Next != nil {
-		next = *out.Next
-	}
-	return out.Allocations, next, err
+	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations"), q, nil, nil, &out)
+	return out, meta, err
 }
 
 // ListAll pages through every allocation of a pool.

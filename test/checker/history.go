@@ -104,6 +104,12 @@ type Op struct {
 	// checkers order attempts by Call, not by Attempt; a negative Attempt
 	// (an op a suite derived, such as a get per listed value) is allowed.
 	Attempt int `json:"attempt,omitempty"`
+	// Node is the node the request was sent to, and ServedBy the node that
+	// answered it (X-Rangealloc-Served-By: the leader a follower forwarded
+	// to is not named, the follower is), when an answer came. For reading
+	// a history; the checkers ignore both.
+	Node     string `json:"node,omitempty"`
+	ServedBy string `json:"servedBy,omitempty"`
 }
 
 // History is a recorded run, in any order.

@@ -124,7 +124,7 @@ func (w *Workload) Burst(node, n int, rng *rand.Rand) {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			w.attempt(c, &op)
+			w.attempt(node, c, &op)
 			w.record(op)
 		}()
 	}
@@ -242,7 +242,7 @@ func (w *Workload) perform(ctx context.Context, s *session, op checker.Op) {
 	for attempt := 0; attempt < maxAttempts && ctx.Err() == nil; attempt++ {
 		op.Attempt = attempt
 		node := s.pick()
-		w.attempt(s.nodes[node], &op)
+		w.attempt(node, s.nodes[node], &op)
 		w.record(op)
 		switch {
 		case op.Outcome == checker.OK || op.Err == "OwnerMismatch" || op.Err == "NotAllocated":
@@ -277,10 +277,10 @@ func (s *session) update(op checker.Op) {
 	}
 }
 
-// attempt sends one attempt and fills in its times and outcome.
-// It does not end with the run: an attempt in flight when the run stops
-// gets its answer.
-func (w *Workload) attempt(c *client.Client, op *checker.Op) {
+// attempt sends one attempt to node (c is its client) and fills in its
+// times, outcome and the nodes involved. It does not end with the run: an
+// attempt in flight when the run stops gets its answer.
+func (w *Workload) attempt(node int, c *client.Client, op *checker.Op) {
 	timeout := w.OpTimeout
 	switch {
 	case op.Key == "":
@@ -291,33 +291,39 @@ func (w *Workload) attempt(c *client.Client, op *checker.Op) {
 	actx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	op.Outcome, op.Err, op.Result, op.Listed = checker.OK, "", "", nil
+	op.Node, op.ServedBy = fmt.Sprintf("n%d", node+1), ""
 	wopts := client.Options{IdempotencyKey: op.Key}
 	var err error
+	var meta client.Meta
 	op.Call = w.Now()
 	switch op.Kind {
 	case "allocate":
-		a, _, e := c.Allocate(actx, op.Pool, op.Value, op.Owner, wopts)
-		op.Result, err = a.Value, e
+		a, m, e := c.Allocate(actx, op.Pool, op.Value, op.Owner, wopts)
+		op.Result, meta, err = a.Value, m, e
 	case "release":
-		_, err = c.Release(actx, op.Pool, op.Value, op.Owner, wopts)
+		meta, err = c.Release(actx, op.Pool, op.Value, op.Owner, wopts)
 	case "get":
-		a, _, e := c.Get(actx, op.Pool, op.Value, client.Options{})
-		op.Result, err = a.Owner, e
+		a, m, e := c.Get(actx, op.Pool, op.Value, client.Options{})
+		op.Result, meta, err = a.Owner, m, e
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Code == "NotAllocated" {
 			err, op.Result = nil, "" // free
 		}
 	case "list":
-		as, _, e := c.List(actx, op.Pool, "", "", 1000, client.Options{})
-		err = e
+		page, m, e := c.ListPage(actx, op.Pool, "", "", 1000, client.Options{})
+		meta, err = m, e
 		if err == nil {
 			op.Listed = map[string]string{}
-			for _, a := range as {
+			for _, a := range page.Allocations {
 				op.Listed[a.Value] = a.Owner
 			}
 		}
 	}
 	op.Return = w.Now()
+	op.ServedBy = meta.ServedBy
+	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+		op.ServedBy = ce.ServedBy
+	}
 	if err != nil {
 		op.Result, op.Listed = "", nil
 		op.Outcome, op.Err, op.Result = classify(err, op.Kind == "allocate" || op.Kind == "release")
