@@ -102,6 +102,15 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 		return false, err
 	}
 	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
+	// A client that already knew its connection was gone fails the call
+	// with ErrShutdown before Go returns: nothing was sent. Later, net/rpc
+	// can report ErrShutdown to calls in flight too (the connection ended
+	// after a Close), so only this first look makes ErrShutdown definite.
+	select {
+	case done := <-call.Done:
+		return f.finish(addr, c, done, !errors.Is(done.Error, rpc.ErrShutdown))
+	default:
+	}
 	var poll <-chan time.Time
 	if moved != nil {
 		t := time.NewTicker(leaderPoll)
@@ -110,17 +119,8 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 	}
 	for {
 		select {
-		case <-call.Done:
-			if call.Error != nil {
-				var se rpc.ServerError
-				if !errors.As(call.Error, &se) {
-					f.drop(addr, c) // the connection broke
-				}
-				// ErrShutdown: the client knew its connection was gone and sent
-				// nothing. Any other failure may have come after the request left.
-				return !errors.Is(call.Error, rpc.ErrShutdown), call.Error
-			}
-			return true, nil
+		case done := <-call.Done:
+			return f.finish(addr, c, done, true)
 		case <-ctx.Done():
 			return true, ctx.Err()
 		case <-poll:
@@ -129,6 +129,19 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 			}
 		}
 	}
+}
+
+// finish reports a completed call, dropping the client when its
+// connection broke.
+func (f *forwarder) finish(addr string, c *rpc.Client, done *rpc.Call, sent bool) (bool, error) {
+	if done.Error == nil {
+		return true, nil
+	}
+	var se rpc.ServerError
+	if !errors.As(done.Error, &se) {
+		f.drop(addr, c) // the connection broke
+	}
+	return sent, done.Error
 }
 
 // leaderMoved returns a function reporting whether this node knows a
