@@ -153,9 +153,8 @@ func (srv *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rec.status == http.StatusInternalServerError {
 		srv.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", rec.status)
 	}
-	if srv.metrics != nil {
-		_, pattern := srv.mux.Handler(r)
-		srv.metrics.observeHTTP(r.Method, pattern, rec.status, time.Since(start))
+	if srv.metrics != nil { // the mux set r.Pattern to the route it chose
+		srv.metrics.observeHTTP(r.Method, r.Pattern, rec.status, time.Since(start))
 	}
 }
 

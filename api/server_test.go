@@ -375,11 +375,16 @@ func TestOperations(t *testing.T) {
 	}
 	_, _, err := e.c.Allocate(ctx(t), "nodeport", "", "o", client.Options{})
 	require.NoError(t, err)
+	status, _, _ := e.raw(t, "GET", "/v1/nope", "", nil)
+	require.Equal(t, 404, status)
 	status, _, body := e.raw(t, "GET", "/metrics", "", nil)
 	require.Equal(t, 200, status)
 	for _, want := range []string{`rangealloc_pool_allocated{pool="nodeport"} 1`, `rangealloc_pool_available{pool="nodeport"} 2767`,
 		`rangealloc_allocation_total{pool="nodeport",scope="dynamic"} 1`, `rangealloc_http_request_duration_seconds_bucket`,
-		`rangealloc_apply_batch_entries_bucket`, `rangealloc_apply_latency_seconds_bucket`} {
+		`rangealloc_apply_batch_entries_bucket`, `rangealloc_apply_latency_seconds_bucket`,
+		`rangealloc_http_request_duration_seconds_count{code="201",method="POST",route="POST /v1/pools/{name}/allocations"} 1`,
+		`rangealloc_http_request_duration_seconds_count{code="200",method="GET",route="GET /healthz"} 1`,
+		`rangealloc_http_request_duration_seconds_count{code="404",method="GET",route="other"} 1`} {
 		assert.Contains(t, string(body), want)
 	}
 	status, _, body = e.raw(t, "GET", "/openapi.yaml", "", nil)
