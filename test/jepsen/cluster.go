@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -124,41 +126,48 @@ func (c *Cluster) Leader(ctx context.Context) (leader int, term uint64) {
 	return leader, term
 }
 
-// WaitLeader polls Leader until one is known or ctx ends.
-func (c *Cluster) WaitLeader(ctx context.Context) (int, uint64, error) {
+// poll calls done every interval until it reports true, or ctx ends; the
+// error then says what was waited for and done's last reason.
+func poll(ctx context.Context, interval time.Duration, what string, done func() (bool, string)) error {
 	for {
-		if l, term := c.Leader(ctx); l >= 0 {
-			return l, term, nil
+		ok, why := done()
+		if ok {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return -1, 0, fmt.Errorf("no leader: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			if why != "" {
+				what += " (" + why + ")"
+			}
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(interval):
 		}
 	}
 }
 
+// WaitLeader polls Leader until one is known or ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context) (leader int, term uint64, err error) {
+	err = poll(ctx, 100*time.Millisecond, "no leader", func() (bool, string) {
+		leader, term = c.Leader(ctx)
+		return leader >= 0, ""
+	})
+	return leader, term, err
+}
+
 // WaitPools waits until the leader serves every pool of ps.
 func (c *Cluster) WaitPools(ctx context.Context, ps PoolSet) error {
-	for {
+	return poll(ctx, 200*time.Millisecond, "pools not served", func() (bool, string) {
 		l, _ := c.Leader(ctx)
-		if l >= 0 {
-			ok := true
-			for _, p := range []string{ps.IPPool, ps.PortPool} {
-				if _, err := c.ctl[l].Pool(ctx, p, client.Options{}); err != nil {
-					ok = false
-				}
-			}
-			if ok {
-				return nil
+		if l < 0 {
+			return false, "no leader"
+		}
+		for _, p := range ps.Names() {
+			if _, err := c.ctl[l].Pool(ctx, p, client.Options{}); err != nil {
+				return false, err.Error()
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pools not served: %w", ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return true, ""
+	})
 }
 
 // AppliedIndex returns node i's applied index.
@@ -170,17 +179,14 @@ func (c *Cluster) AppliedIndex(ctx context.Context, i int) (uint64, error) {
 // Converge waits until every node knows the same leader, and has applied
 // the leader's commit index, with the same applied index everywhere.
 func (c *Cluster) Converge(ctx context.Context) error {
-	var last string
-	for {
+	return poll(ctx, 200*time.Millisecond, "replicas did not converge", func() (bool, string) {
 		idx := map[uint64]bool{}
 		leaders := map[string]bool{}
 		var commit uint64
-		ok := true
 		for i := range c.Servers {
 			st, err := c.ctl[i].Cluster(ctx)
 			if err != nil {
-				ok, last = false, fmt.Sprintf("n%d: %v", i+1, err)
-				break
+				return false, fmt.Sprintf("n%d: %v", i+1, err)
 			}
 			idx[st.AppliedIndex] = true
 			leaders[st.Leader.ID] = true
@@ -188,33 +194,17 @@ func (c *Cluster) Converge(ctx context.Context) error {
 				commit = st.CommitIndex
 			}
 		}
-		if ok {
-			last = fmt.Sprintf("applied indexes %v, leaders %v, leader's commit index %d", keys(idx), keys(leaders), commit)
-			if len(idx) == 1 && len(leaders) == 1 && !leaders[""] && idx[commit] {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replicas did not converge (%s): %w", last, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func keys[K comparable, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+		return len(idx) == 1 && len(leaders) == 1 && !leaders[""] && idx[commit],
+			fmt.Sprintf("applied indexes %v, leaders %v, leader's commit index %d",
+				slices.Collect(maps.Keys(idx)), slices.Collect(maps.Keys(leaders)), commit)
+	})
 }
 
 // Final reads every pool's allocations with a linearizable list through
 // node via (pool -> value -> owner).
 func (c *Cluster) Final(ctx context.Context, via int, ps PoolSet) (map[string]map[string]string, error) {
 	final := map[string]map[string]string{}
-	for _, p := range []string{ps.IPPool, ps.PortPool} {
+	for _, p := range ps.Names() {
 		as, err := c.ctl[via].ListAll(ctx, p, "", client.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", p, err)
@@ -232,7 +222,7 @@ func (c *Cluster) Final(ctx context.Context, via int, ps PoolSet) (map[string]ma
 // bytes) and the owners of the allocations.
 func (c *Cluster) CompareReplicas(ctx context.Context, ps PoolSet) []string {
 	var problems []string
-	for _, p := range []string{ps.IPPool, ps.PortPool} {
+	for _, p := range ps.Names() {
 		var ref *replica
 		for i := range c.Servers {
 			r, err := c.readReplica(ctx, i, p)

@@ -1,6 +1,7 @@
 package jepsen
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -197,4 +198,17 @@ func TestExpandLists(t *testing.T) {
 		assert.Equal(t, "get", op.Kind)
 		assert.Equal(t, want[op.Value], op.Result, "get of %s", op.Value)
 	}
+}
+
+// TestPoll checks the harness's wait loop: it returns once done holds,
+// and at the deadline it names what it waited for and the last reason.
+func TestPoll(t *testing.T) {
+	n := 0
+	require.NoError(t, poll(context.Background(), time.Millisecond, "x", func() (bool, string) { n++; return n == 3, "" }))
+	assert.Equal(t, 3, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := poll(ctx, time.Millisecond, "replicas did not converge", func() (bool, string) { return false, "applied indexes [7 9]" })
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.EqualError(t, err, "replicas did not converge (applied indexes [7 9]): context deadline exceeded")
 }

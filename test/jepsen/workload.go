@@ -36,6 +36,9 @@ func DefaultPools() PoolSet {
 	return ps
 }
 
+// Names returns the two pools' names.
+func (ps PoolSet) Names() []string { return []string{ps.IPPool, ps.PortPool} }
+
 // Values returns every value of pool.
 func (ps PoolSet) Values(pool string) []string {
 	if pool == ps.IPPool {
