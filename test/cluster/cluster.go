@@ -6,7 +6,6 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +43,6 @@ type Cluster struct {
 	t       testing.TB
 	Members []*Member
 	Faults  *transport.Faults
-	mu      sync.Mutex
 }
 
 // New starts n nodes bootstrapped as one cluster and registers a cleanup

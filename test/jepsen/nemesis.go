@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 )
@@ -271,13 +270,4 @@ func (n *Nemesis) Monitor(ctx context.Context) {
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
-}
-
-// describeWindows lists the faults for a summary.
-func describeWindows(ws []Window) string {
-	var b strings.Builder
-	for _, w := range ws {
-		fmt.Fprintf(&b, "  %8.3fs–%8.3fs %s: %s\n", float64(w.Start)/1e9, float64(w.End)/1e9, w.Fault, w.Detail)
-	}
-	return b.String()
 }
