@@ -102,7 +102,7 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 // batchLoop is the leader's group commit. It waits for a proposal, then
 // for room among the MaxInflight entries Raft may hold unapplied (a token
 // in n.slots, returned by resolveLoop), then packs every proposal waiting by then
-// into one log entry, up to MaxBatch. Under load, requests pile up while
+// into one log entry, up to MaxBatch (see fill). Under load, requests pile up while
 // earlier entries commit, so one fsync and one replication round serve
 // many requests; a lone request goes straight through.
 func (n *Node) batchLoop() {
@@ -119,16 +119,7 @@ func (n *Node) batchLoop() {
 			p.done <- outcome{err: ErrClosed}
 			return
 		}
-		batch := []*proposal{p}
-	fill:
-		for len(batch) < n.cfg.MaxBatch {
-			select {
-			case p := <-n.proposals:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
+		batch := n.fill([]*proposal{p}, min(int(n.answered.Load()), n.cfg.MaxBatch))
 		reqs := make([]*fsm.Request, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
@@ -146,6 +137,43 @@ func (n *Node) batchLoop() {
 	}
 }
 
+// fill adds the proposals waiting now to batch, up to MaxBatch. While the
+// batch holds fewer than want (the requests of the entry resolved last),
+// it waits up to BatchWait for more: the callers just answered are about
+// to ask again, and without the wait they would miss this entry and ride
+// the next one, splitting steady callers into groups that take turns.
+func (n *Node) fill(batch []*proposal, want int) []*proposal {
+	var wait *time.Timer
+	defer func() {
+		if wait != nil {
+			wait.Stop()
+		}
+	}()
+	for len(batch) < n.cfg.MaxBatch {
+		select {
+		case p := <-n.proposals:
+			batch = append(batch, p)
+			continue
+		default:
+		}
+		if len(batch) >= want || n.cfg.BatchWait <= 0 {
+			break
+		}
+		if wait == nil {
+			wait = time.NewTimer(n.cfg.BatchWait)
+		}
+		select {
+		case p := <-n.proposals:
+			batch = append(batch, p)
+		case <-wait.C:
+			return batch
+		case <-n.shutdown:
+			return batch
+		}
+	}
+	return batch
+}
+
 // resolveLoop waits for the entries handed to Raft, in order, and answers
 // their proposals.
 func (n *Node) resolveLoop() {
@@ -157,6 +185,7 @@ func (n *Node) resolveLoop() {
 		case in = <-n.inflight:
 		}
 		err := in.future.Error()
+		n.answered.Store(int64(len(in.batch)))
 		<-n.slots
 		if err != nil {
 			// ErrNotLeader and ErrEnqueueTimeout come before the entry is in

@@ -70,6 +70,10 @@ type Config struct {
 	// together: this is what makes group commit pack anything at all. The
 	// default, 1, packs the most requests per fsync; see docs/PERFORMANCE.md.
 	MaxInflight int
+	// BatchWait bounds how long the leader holds an entry open for the
+	// callers of the entry resolved last to come back (see fill). 0 sends
+	// whatever is waiting at once.
+	BatchWait time.Duration
 	// RetryInterval is how long a call waits between attempts while there
 	// is no leader or the leader is unreachable.
 	RetryInterval time.Duration
@@ -103,6 +107,7 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		MaxBatch:           1024,
 		MaxInflight:        1,
+		BatchWait:          200 * time.Microsecond,
 		RetryInterval:      20 * time.Millisecond,
 	}
 }
@@ -139,6 +144,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		errs = append(errs, errors.New("LeaderLeaseTimeout must not exceed HeartbeatTimeout"))
+	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("BatchWait is %v; want 0 or more", c.BatchWait))
 	}
 	if c.MaxBatch < 1 || c.MaxInflight < 1 || c.RetryInterval <= 0 || c.SnapshotThreshold == 0 {
 		errs = append(errs, errors.New("MaxBatch, MaxInflight, RetryInterval and SnapshotThreshold must be positive (start from DefaultConfig)"))

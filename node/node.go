@@ -40,6 +40,7 @@ type Node struct {
 	proposals chan *proposal
 	inflight  chan *inflight
 	slots     chan struct{} // one token per entry handed to Raft and not yet resolved
+	answered  atomic.Int64  // requests carried by the entry resolved last
 	notify    chan bool
 
 	// ready is true while this node is the leader and has applied an entry

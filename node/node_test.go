@@ -98,6 +98,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad pool name", func(c *Config) { c.Pools = []PoolSpec{{Name: "Bad", Range: "1-2"}} }, "invalid pool name"},
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
 		{"zero batch", func(c *Config) { c.MaxBatch = 0 }, "MaxBatch"},
+		{"negative batch wait", func(c *Config) { c.BatchWait = -time.Millisecond }, "BatchWait is -1ms"},
 	}
 	require.NoError(t, base.Validate())
 	for _, tc := range cases {

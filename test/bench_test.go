@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,19 @@ import (
 // latency per caller count. inflight=64 is the baseline: group commit
 // without a bound on the entries in flight, which packs almost nothing.
 func BenchmarkEmbeddedAllocate(b *testing.B) {
-	for _, tc := range []struct{ callers, inflight int }{{1, 1}, {16, 1}, {64, 1}, {64, 64}} {
-		callers, inflight := tc.callers, tc.inflight
-		b.Run(fmt.Sprintf("callers=%d/inflight=%d", callers, inflight), func(b *testing.B) {
+	wait := node.DefaultConfig().BatchWait
+	for _, tc := range []struct {
+		callers, inflight int
+		wait              time.Duration
+	}{{1, 1, wait}, {16, 1, wait}, {16, 1, 0}, {64, 1, wait}, {64, 1, 0}, {64, 64, 0}} {
+		callers, inflight, wait := tc.callers, tc.inflight, tc.wait
+		b.Run(fmt.Sprintf("callers=%d/inflight=%d/wait=%v", callers, inflight, wait), func(b *testing.B) {
+			var entries, requests atomic.Int64
 			c := cluster.New(b, 3, cluster.Options{Pools: []node.PoolSpec{{Name: "ip", Range: "10.96.0.0/12"}},
-				Tune: func(cfg *node.Config) { cfg.MaxInflight = inflight }})
+				Tune: func(cfg *node.Config) {
+					cfg.MaxInflight, cfg.BatchWait = inflight, wait
+					cfg.OnCommit = func(n int, _ time.Duration) { entries.Add(1); requests.Add(int64(n)) }
+				}})
 			l := c.Leader()
 			ctx := context.Background()
 			for {
@@ -37,6 +46,8 @@ func BenchmarkEmbeddedAllocate(b *testing.B) {
 			}
 			lats := make([][]time.Duration, callers)
 			per := b.N/callers + 1
+			entries.Store(0)
+			requests.Store(0)
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -66,6 +77,8 @@ func BenchmarkEmbeddedAllocate(b *testing.B) {
 			b.ReportMetric(float64(len(all))/elapsed.Seconds(), "allocs/s")
 			b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(entries.Load())/elapsed.Seconds(), "entries/s")
+			b.ReportMetric(float64(requests.Load())/float64(max(entries.Load(), 1)), "reqs/entry")
 		})
 	}
 }
