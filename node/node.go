@@ -163,9 +163,8 @@ func (n *Node) start() error {
 func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
 	var err error
 	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(n.cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true,
-			FreelistType: bbolt.FreelistMapType},
+		Path:        filepath.Join(n.cfg.DataDir, "raft.db"),
+		BoltOptions: boltOptions(),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft.db (is another node using %s?): %w", n.cfg.DataDir, err)
@@ -179,6 +178,12 @@ func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
 	return logs, snaps, nil
+}
+
+// boltOptions are the options of the Raft log's bolt file: fsync stays on;
+// the freelist is rebuilt at open instead of written at every commit.
+func boltOptions() *bbolt.Options {
+	return &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed

@@ -1,0 +1,87 @@
+package node
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// BenchmarkStorageFloor measures what the disk alone allows one commit
+// round of a three-node cluster, with the node's own bolt options and no
+// Raft, network or state machine. A round is what hashicorp/raft does for
+// an entry: the leader commits it to its log, then both followers commit
+// it at once; the round ends when the first follower is done (two durable
+// copies, a quorum), and the slower one finishes in the background, as a
+// follower does. The three stores share one disk, as the nodes of
+// BenchmarkEmbeddedAllocate in ./test do.
+//
+// Nothing the node does can beat these figures: a caller waits at least a
+// round, so one caller's p50 is at least the round's, and c callers are
+// served at most c requests per round (rounds/s × c).
+func BenchmarkStorageFloor(b *testing.B) {
+	// 100 bytes is an entry of one request; 4 KiB carries 64.
+	for _, size := range []int{100, 4096} {
+		b.Run(fmt.Sprintf("entry=%dB", size), func(b *testing.B) {
+			var stores [3]*raftboltdb.BoltStore
+			for i := range stores {
+				s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: boltOptions()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				stores[i] = s
+			}
+			type round struct {
+				logs  []*raft.Log
+				first chan error // buffered 2: each follower reports
+			}
+			var wg sync.WaitGroup
+			var followers [2]chan round
+			for i := range followers {
+				followers[i] = make(chan round, 4)
+				wg.Add(1)
+				go func(s *raftboltdb.BoltStore, in chan round) {
+					defer wg.Done()
+					for r := range in {
+						r.first <- s.StoreLogs(r.logs)
+					}
+				}(stores[i+1], followers[i])
+			}
+			data := make([]byte, size)
+			lats := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 1; i <= b.N; i++ {
+				t0 := time.Now()
+				r := round{logs: []*raft.Log{{Index: uint64(i), Term: 1, Type: raft.LogCommand, Data: data}}, first: make(chan error, 2)}
+				if err := stores[0].StoreLogs(r.logs); err != nil {
+					b.Fatal(err)
+				}
+				for _, f := range followers {
+					f <- r
+				}
+				if err := <-r.first; err != nil {
+					b.Fatal(err)
+				}
+				lats = append(lats, time.Since(t0))
+			}
+			elapsed := time.Since(start)
+			for _, f := range followers {
+				close(f)
+			}
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(lats)
+			rounds := float64(b.N) / elapsed.Seconds()
+			b.ReportMetric(rounds, "rounds/s")
+			b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(64*rounds, "64-caller-ceiling/s")
+		})
+	}
+}
