@@ -286,6 +286,8 @@ func TestCLI(t *testing.T) {
 		{args: []string{"pools", "-o", "yaml"}, code: 1, stderr: `--output "yaml"`},
 		{args: []string{"server", "--request-timeout", "0s"}, code: 1, stderr: "Error: --request-timeout 0s: want a positive duration"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--pool", "nodeport", "-o", "json"}, jsonKey: "opsPerSec"},
+		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1", "-o", "json"}, stdout: []string{`"errors": 0`}, jsonKey: "opsPerSec"},
+		{args: []string{"bench", "--mix", "ping=1"}, code: 1, stderr: `unknown operation "ping" (allocate, release, get, health)`},
 	}
 	for _, r := range rows {
 		t.Run(strings.Join(r.args, " "), func(t *testing.T) {

@@ -296,6 +296,12 @@ func (c *Client) Restore(ctx context.Context, backup []byte) error {
 	return err
 }
 
+// Health asks /healthz: nil when the node's HTTP server answers.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil, nil)
+	return err
+}
+
 // Ready reports whether the node is ready, and why not.
 func (c *Client) Ready(ctx context.Context) (bool, string, error) {
 	var out map[string]string

@@ -54,7 +54,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 latency and errors, with a progress line every second.
 
 --mix weighs the operations: allocate (dynamic), release (of a value this
-client allocated; with --count, of as many values in one transaction), get.
+client allocated; with --count, of as many values in one transaction), get,
+and health (GET /healthz: the HTTP round trip alone, a baseline for the
+others on the same machine).
 VALUES/S counts allocated values. Each client releases what it still holds
 when the run ends, off the clock, so runs do not fill the pool.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
@@ -67,7 +69,7 @@ when the run ends, off the clock, so runs do not fill the pool.`,
 	fl.IntVar(&f.clients, "clients", 16, "concurrent clients")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.StringVar(&f.pool, "pool", "clusterip-ipv4", "pool to allocate from")
-	fl.StringVar(&f.mix, "mix", "allocate=1,release=1", "operation weights: allocate=N,release=N,get=N")
+	fl.StringVar(&f.mix, "mix", "allocate=1,release=1", "operation weights: allocate=N,release=N,get=N,health=N")
 	fl.IntVar(&f.count, "count", 1, "values per allocate (1-4096)")
 	fl.StringVar(&f.nodes, "nodes", "", `"all": spread clients over every member's API; or a comma list of HTTP addresses (default: --addr)`)
 	return cmd
@@ -91,7 +93,7 @@ func cleanup(ctx context.Context, c *client.Client, pool, owner string, held []s
 	}
 }
 
-type mixWeights struct{ alloc, release, get int }
+type mixWeights struct{ alloc, release, get, health int }
 
 func parseMix(s string) (mixWeights, error) {
 	var m mixWeights
@@ -99,7 +101,7 @@ func parseMix(s string) (mixWeights, error) {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return m, fmt.Errorf("--mix %q: want allocate=N,release=N,get=N", s)
+			return m, fmt.Errorf("--mix %q: want allocate=N,release=N,get=N,health=N", s)
 		}
 		switch k {
 		case "allocate":
@@ -108,11 +110,13 @@ func parseMix(s string) (mixWeights, error) {
 			m.release = n
 		case "get":
 			m.get = n
+		case "health":
+			m.health = n
 		default:
-			return m, fmt.Errorf("--mix: unknown operation %q (allocate, release, get)", k)
+			return m, fmt.Errorf("--mix: unknown operation %q (allocate, release, get, health)", k)
 		}
 	}
-	if m.alloc+m.release+m.get == 0 {
+	if m.alloc+m.release+m.get+m.health == 0 {
 		return m, fmt.Errorf("--mix %q: all weights are zero", s)
 	}
 	return m, nil
@@ -188,7 +192,7 @@ func benchOwner(i int) string { return fmt.Sprintf("bench-%d", i) }
 // still holds.
 func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWeights, i int, rng *rand.Rand, st *benchStats) []string {
 	var held []string
-	owner, total := benchOwner(i), mix.alloc+mix.release+mix.get
+	owner, total := benchOwner(i), mix.alloc+mix.release+mix.get+mix.health
 	for ctx.Err() == nil {
 		pick := rng.IntN(total)
 		t0 := time.Now()
@@ -227,6 +231,8 @@ func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWe
 			} else {
 				_, err = c.Txn(ctx, ops, client.Options{})
 			}
+		case pick >= mix.alloc+mix.release+mix.get:
+			err = c.Health(ctx)
 		case len(held) > 0:
 			_, _, err = c.Get(ctx, f.pool, held[rng.IntN(len(held))], client.Options{})
 		default:
