@@ -104,7 +104,8 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 // in n.slots, returned by resolveLoop), then packs every proposal waiting by then
 // into one log entry, up to MaxBatch (see fill). Under load, requests pile up while
 // earlier entries commit, so one fsync and one replication round serve
-// many requests; a lone request goes straight through.
+// many requests; a lone request goes straight through, unless the entry
+// before it carried more (then it waits at most BatchWait).
 func (n *Node) batchLoop() {
 	for {
 		var p *proposal
