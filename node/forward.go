@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/rpc"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
@@ -31,18 +32,26 @@ type forwarder struct {
 
 	mu sync.Mutex
 	// mu guards the following
-	clients map[string]*rpc.Client
+	clients map[string]*rpcClient
 	closed  bool
+}
+
+// rpcClient is the RPC client of one leader address, with a count of the
+// calls on it that were answered: a call abandoned while that count did
+// not move saw nothing arrive on the connection during its whole wait.
+type rpcClient struct {
+	*rpc.Client
+	answered atomic.Uint64
 }
 
 func newForwarder(dial func(string, time.Duration) (net.Conn, error)) *forwarder {
 	if dial == nil {
 		dial = transport.DialRPC
 	}
-	return &forwarder{dial: dial, clients: make(map[string]*rpc.Client)}
+	return &forwarder{dial: dial, clients: make(map[string]*rpcClient)}
 }
 
-func (f *forwarder) client(addr string) (*rpc.Client, error) {
+func (f *forwarder) client(addr string) (*rpcClient, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -55,12 +64,12 @@ func (f *forwarder) client(addr string) (*rpc.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := rpc.NewClient(conn)
+	c := &rpcClient{Client: rpc.NewClient(conn)}
 	f.clients[addr] = c
 	return c, nil
 }
 
-func (f *forwarder) drop(addr string, c *rpc.Client) {
+func (f *forwarder) drop(addr string, c *rpcClient) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.clients[addr] == c {
@@ -101,6 +110,7 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 	if err != nil {
 		return false, err
 	}
+	answered := c.answered.Load()
 	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
 	// A client that already knew its connection was gone fails the call
 	// with ErrShutdown before Go returns: nothing was sent. Later, net/rpc
@@ -122,23 +132,43 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 		case done := <-call.Done:
 			return f.finish(addr, c, done, true)
 		case <-ctx.Done():
+			f.abandon(addr, c, answered)
 			return true, ctx.Err()
 		case <-poll:
 			if moved() {
+				f.abandon(addr, c, answered)
 				return true, errLeaderMoved
 			}
 		}
 	}
 }
 
+// abandon leaves a call in flight. When no call on the client was answered
+// since this one was sent, the connection is suspect: a leader paused, or
+// cut off by a firewall that drops packets, leaves a TCP connection that
+// neither fails nor delivers, and after the heal its bytes wait for the
+// next retransmission, which backs off to as much as two minutes. So the
+// client is closed and the next call dials afresh. Calls still in flight
+// on it end with ErrShutdown, which call reports as sent: their callers
+// retry with the same request ID. A connection that answers other calls
+// meanwhile is kept: one caller giving up says nothing about it.
+func (f *forwarder) abandon(addr string, c *rpcClient, answered uint64) {
+	if c.answered.Load() == answered {
+		f.drop(addr, c)
+	}
+}
+
 // finish reports a completed call, dropping the client when its
 // connection broke.
-func (f *forwarder) finish(addr string, c *rpc.Client, done *rpc.Call, sent bool) (bool, error) {
+func (f *forwarder) finish(addr string, c *rpcClient, done *rpc.Call, sent bool) (bool, error) {
 	if done.Error == nil {
+		c.answered.Add(1)
 		return true, nil
 	}
 	var se rpc.ServerError
-	if !errors.As(done.Error, &se) {
+	if errors.As(done.Error, &se) {
+		c.answered.Add(1)
+	} else {
 		f.drop(addr, c) // the connection broke
 	}
 	return sent, done.Error

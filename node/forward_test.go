@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/rpc"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +67,55 @@ func TestForwardSent(t *testing.T) {
 	require.ErrorIs(t, err, errLeaderMoved)
 	assert.True(t, sent)
 	assert.NoError(t, ctx.Err(), "abandoned before the caller's deadline")
+}
+
+// stubLeader answers forwarded calls: Echo at once, Block never (until
+// the test ends).
+type stubLeader struct{ block chan struct{} }
+
+func (s *stubLeader) Echo(_ *submitArgs, _ *submitReply) error  { return nil }
+func (s *stubLeader) Block(_ *submitArgs, _ *submitReply) error { <-s.block; return nil }
+
+// TestForwardAbandonSilentConnection checks what an abandoned call does to
+// its connection: one on which nothing was answered during the whole wait
+// is closed, so the next call dials afresh instead of queueing behind a
+// connection that neither fails nor delivers; one that answered other calls
+// meanwhile is kept.
+func TestForwardAbandonSilentConnection(t *testing.T) {
+	stub := &stubLeader{block: make(chan struct{})}
+	defer close(stub.block)
+	srv := rpc.NewServer()
+	require.NoError(t, srv.RegisterName("Node", stub))
+	var dials atomic.Int32
+	f := newForwarder(func(string, time.Duration) (net.Conn, error) {
+		dials.Add(1)
+		leader, conn := net.Pipe()
+		go srv.ServeConn(leader)
+		return conn, nil
+	})
+	defer f.close()
+	call := func(method string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := f.call(ctx, "leader", method, &submitArgs{}, &submitReply{}, nil)
+		return err
+	}
+
+	// Other calls are answered while the blocked one waits: kept.
+	require.NoError(t, call("Echo", 5*time.Second))
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		time.Sleep(50 * time.Millisecond)
+		assert.NoError(t, call("Echo", 5*time.Second))
+	}()
+	require.ErrorIs(t, call("Block", 300*time.Millisecond), context.DeadlineExceeded)
+	<-echoed
+	require.NoError(t, call("Echo", 5*time.Second))
+	assert.Equal(t, int32(1), dials.Load(), "a connection that answered meanwhile is kept")
+
+	// Nothing answered during the wait: closed, and the next call dials.
+	require.ErrorIs(t, call("Block", 100*time.Millisecond), context.DeadlineExceeded)
+	require.NoError(t, call("Echo", 5*time.Second))
+	assert.Equal(t, int32(2), dials.Load(), "a silent connection is replaced")
 }
