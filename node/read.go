@@ -110,8 +110,18 @@ func (n *Node) linearize(ctx context.Context) error {
 		return fmt.Errorf("%w: leader has not applied an entry of its term yet", ErrNotLeader)
 	}
 	idx := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	// VerifyLeader's future has no deadline: a leader cut off from the
+	// majority answers it only when its lease runs out and it steps down.
+	// The caller's deadline comes first; Raft ends the wait at step-down.
+	verified := make(chan error, 1)
+	go func() { verified <- n.raft.VerifyLeader().Error() }()
+	select {
+	case err := <-verified:
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: leadership not confirmed: %v", ErrNotLeader, ctx.Err())
 	}
 	return n.fsm.WaitApplied(ctx, idx)
 }
