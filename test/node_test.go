@@ -136,6 +136,79 @@ func TestIsolatedLeader(t *testing.T) {
 	assert.Equal(t, "majority", a.Owner, "the isolated leader's unacknowledged write never took effect")
 }
 
+// TestDeposedLeaderServesNoStaleRead: a leader cut off from the majority
+// that still believes it leads, while the majority has elected a new
+// leader and committed a write, must not answer a linearizable read from
+// its own state. n0 gets a leader lease of 5 s, so it keeps believing for
+// seconds after the cut, long after n1 and n2 (400 ms timeouts) have
+// moved on; only VerifyLeader stands between it and a stale answer.
+// (Without that lease, Raft's own lease check steps the old leader down
+// before a new one exists, and the window is rarely open: the Jepsen
+// suite needs long SIGSTOP runs to see it.)
+func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		if cfg.ID == "n0" {
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
+		}
+	}})
+	waitPools(t, c)
+	n0 := c.Members[0]
+
+	// n0 sends a heartbeat only every 0.5-1 s, slower than n1 and n2 wait:
+	// keep entries flowing through it until the cut, so they do not depose
+	// it early.
+	stop := make(chan struct{})
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if got, err := n0.Node.Allocate(ctx, "port", "", "keepalive", 0, ""); err == nil {
+				_, _ = n0.Node.Release(ctx, "port", got[0].Value, "keepalive", "")
+			}
+			cancel()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		if n0.Node.IsLeader() {
+			return true
+		}
+		l := c.Leader()
+		_ = l.Node.TransferLeadership(ctxT(t, 5*time.Second), "n0")
+		return n0.Node.IsLeader()
+	}, 20*time.Second, 100*time.Millisecond, "n0 takes the lead")
+	require.Eventually(t, func() bool { // and serves linearizable reads
+		_, err := n0.Node.Pool(ctxT(t, 5*time.Second), node.Linearizable, "ip")
+		return err == nil && n0.Node.IsLeader()
+	}, 10*time.Second, 20*time.Millisecond, "n0 serves linearizable reads")
+
+	close(stop)
+	<-writer
+	c.Isolate(0)
+	nl := c.LeaderAmong(1, 2)
+	got, err := nl.Node.Allocate(ctxT(t, 10*time.Second), "ip", "10.96.0.77", "new-leader", 0, "")
+	require.NoError(t, err, "the majority elects a leader and commits")
+	require.Equal(t, "10.96.0.77", got[0].Value)
+	require.True(t, n0.Node.IsLeader(), "the test needs n0 to still believe it leads (its lease is 5 s)")
+
+	_, err = n0.Node.Get(ctxT(t, time.Second), node.Linearizable, "ip", "10.96.0.77")
+	require.Error(t, err, "a deposed leader cannot know the value's state")
+	var fe *fsm.Error
+	require.False(t, errors.As(err, &fe), "a deposed leader answered from its own state: %v", err)
+	assert.ErrorIs(t, err, node.ErrNoLeader)
+	assert.True(t, n0.Node.IsLeader(), "the read ended at its deadline, not when n0's lease ran out")
+
+	c.Heal()
+	a, err := n0.Node.Get(ctxT(t, 15*time.Second), node.Linearizable, "ip", "10.96.0.77")
+	require.NoError(t, err)
+	assert.Equal(t, "new-leader", a.Owner)
+}
+
 // TestSnapshotCatchUp: a follower cut off while the leader compacts its
 // log past it must catch up by InstallSnapshot.
 func TestSnapshotCatchUp(t *testing.T) {
