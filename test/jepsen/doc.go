@@ -10,12 +10,12 @@
 //	┌──────────────────────────────┐       ┌─────────────────────────────┐
 //	│ clients ── bridge rjbR       │       │ rjpRn1 10.77.R.1            │
 //	│           10.77.R.254/24     │─veth──│ rangealloc server n1        │
-//	│             ├─ rjvRn1 ───────┘       │ iptables INPUT/OUTPUT DROP  │
+//	│             ├─ rjvRn1 ───────┘       │ iptables INPUT DROP         │
 //	│             ├─ rjvRn2 ─── … n2 10.77.R.2                          │
 //	│             └─ rjvRn3 ─── … n3 10.77.R.3                          │
 //	└──────────────────────────────┘       └─────────────────────────────┘
 //
-// Partitions are DROP rules in the nodes' own namespaces between node
+// Partitions are DROP rules in the receiving nodes' INPUT chains, between node
 // addresses only: clients always reach every node, as in Jepsen, so an
 // isolated leader still receives requests and must not acknowledge them.
 //

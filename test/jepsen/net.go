@@ -194,8 +194,17 @@ const (
 
 func (d Direction) String() string { return [...]string{"both", "inbound", "outbound"}[d] }
 
-// Drop makes node i drop its packets to and/or from the given peers
-// (indexes into IPs). Client traffic from the bridge is never dropped.
+// Drop makes the packets between node i and the given peers (indexes into
+// IPs) vanish: with Inbound those from the peers to i, with Outbound
+// those from i to the peers, with Both all of them. Client traffic from
+// the bridge is never dropped.
+//
+// Every rule sits in the receiver's INPUT chain, as loss in the path looks
+// to TCP. A rule in the sender's OUTPUT chain would fail the transmission
+// locally, and Linux then retries every 500 ms without backing off, which
+// hides what a real partition does to a connection: retransmissions that
+// back off exponentially, so that bytes sent during a long cut wait for
+// the next one well after the heal.
 func (l *Lab) Drop(i int, dir Direction, peers ...int) error {
 	for _, p := range peers {
 		if dir != Outbound {
@@ -204,7 +213,7 @@ func (l *Lab) Drop(i int, dir Direction, peers ...int) error {
 			}
 		}
 		if dir != Inbound {
-			if err := inNS(l.NS[i], "iptables", "-w", "-A", "OUTPUT", "-d", l.IPs[p], "-j", "DROP"); err != nil {
+			if err := inNS(l.NS[p], "iptables", "-w", "-A", "INPUT", "-s", l.IPs[i], "-j", "DROP"); err != nil {
 				return err
 			}
 		}
