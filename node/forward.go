@@ -36,12 +36,35 @@ type forwarder struct {
 	closed  bool
 }
 
-// rpcClient is the RPC client of one leader address, with a count of the
-// calls on it that were answered: a call abandoned while that count did
-// not move saw nothing arrive on the connection during its whole wait.
+// rpcClient is the RPC client of one leader address. arrived counts the
+// reads that brought bytes from the leader: a call abandoned while it did
+// not move saw nothing arrive during its whole wait. closing and closed
+// bracket a local Close (see call).
 type rpcClient struct {
 	*rpc.Client
-	answered atomic.Uint64
+	arrived         atomic.Uint64
+	closing, closed atomic.Bool
+}
+
+// shut closes the client, setting closing before and closed after.
+func (c *rpcClient) shut() {
+	c.closing.Store(true)
+	c.Client.Close()
+	c.closed.Store(true)
+}
+
+// countingConn counts the reads that return bytes.
+type countingConn struct {
+	net.Conn
+	n *atomic.Uint64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.n.Add(1)
+	}
+	return n, err
 }
 
 func newForwarder(dial func(string, time.Duration) (net.Conn, error)) *forwarder {
@@ -64,7 +87,8 @@ func (f *forwarder) client(addr string) (*rpcClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &rpcClient{Client: rpc.NewClient(conn)}
+	c := &rpcClient{}
+	c.Client = rpc.NewClient(countingConn{Conn: conn, n: &c.arrived})
 	f.clients[addr] = c
 	return c, nil
 }
@@ -74,7 +98,7 @@ func (f *forwarder) drop(addr string, c *rpcClient) {
 	defer f.mu.Unlock()
 	if f.clients[addr] == c {
 		delete(f.clients, addr)
-		c.Close()
+		c.shut()
 	}
 }
 
@@ -83,7 +107,7 @@ func (f *forwarder) close() {
 	defer f.mu.Unlock()
 	f.closed = true
 	for addr, c := range f.clients {
-		c.Close()
+		c.shut()
 		delete(f.clients, addr)
 	}
 }
@@ -110,15 +134,20 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 	if err != nil {
 		return false, err
 	}
-	answered := c.answered.Load()
+	arrived := c.arrived.Load()
+	closedBefore := c.closed.Load()
 	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
-	// A client that already knew its connection was gone fails the call
-	// with ErrShutdown before Go returns: nothing was sent. Later, net/rpc
-	// can report ErrShutdown to calls in flight too (the connection ended
-	// after a Close), so only this first look makes ErrShutdown definite.
+	// net/rpc answers ErrShutdown in two cases: Go refused the call because
+	// the client was already shut (nothing sent), or a local Close ended
+	// the call after it was written (maybe applied). A first look right
+	// after Go tells them apart only when no local Close can be involved:
+	// one had finished before Go (it refused), or none has begun even now
+	// (the client was shut by a broken connection, and refused). Any other
+	// ErrShutdown is an unknown outcome.
 	select {
 	case done := <-call.Done:
-		return f.finish(addr, c, done, !errors.Is(done.Error, rpc.ErrShutdown))
+		refused := errors.Is(done.Error, rpc.ErrShutdown) && (closedBefore || !c.closing.Load())
+		return f.finish(addr, c, done, !refused)
 	default:
 	}
 	var poll <-chan time.Time
@@ -132,28 +161,28 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 		case done := <-call.Done:
 			return f.finish(addr, c, done, true)
 		case <-ctx.Done():
-			f.abandon(addr, c, answered)
+			f.abandon(addr, c, arrived)
 			return true, ctx.Err()
 		case <-poll:
 			if moved() {
-				f.abandon(addr, c, answered)
+				f.abandon(addr, c, arrived)
 				return true, errLeaderMoved
 			}
 		}
 	}
 }
 
-// abandon leaves a call in flight. When no call on the client was answered
-// since this one was sent, the connection is suspect: a leader paused, or
+// abandon leaves a call in flight. When nothing arrived on the client's
+// connection since this call was sent, it is suspect: a leader paused, or
 // cut off by a firewall that drops packets, leaves a TCP connection that
 // neither fails nor delivers, and after the heal its bytes wait for the
 // next retransmission, which backs off to as much as two minutes. So the
 // client is closed and the next call dials afresh. Calls still in flight
-// on it end with ErrShutdown, which call reports as sent: their callers
-// retry with the same request ID. A connection that answers other calls
+// on it end with the connection's error, which call reports as sent: a
+// write's caller retries with the same request ID. A connection that delivers anything
 // meanwhile is kept: one caller giving up says nothing about it.
-func (f *forwarder) abandon(addr string, c *rpcClient, answered uint64) {
-	if c.answered.Load() == answered {
+func (f *forwarder) abandon(addr string, c *rpcClient, arrived uint64) {
+	if c.arrived.Load() == arrived {
 		f.drop(addr, c)
 	}
 }
@@ -162,13 +191,10 @@ func (f *forwarder) abandon(addr string, c *rpcClient, answered uint64) {
 // connection broke.
 func (f *forwarder) finish(addr string, c *rpcClient, done *rpc.Call, sent bool) (bool, error) {
 	if done.Error == nil {
-		c.answered.Add(1)
 		return true, nil
 	}
 	var se rpc.ServerError
-	if errors.As(done.Error, &se) {
-		c.answered.Add(1)
-	} else {
+	if !errors.As(done.Error, &se) {
 		f.drop(addr, c) // the connection broke
 	}
 	return sent, done.Error

@@ -69,20 +69,28 @@ func TestForwardSent(t *testing.T) {
 	assert.NoError(t, ctx.Err(), "abandoned before the caller's deadline")
 }
 
-// stubLeader answers forwarded calls: Echo at once, Block never (until
-// the test ends).
-type stubLeader struct{ block chan struct{} }
+// stubLeader answers forwarded calls: Echo at once, Block only when the
+// test ends. arrived tells of each Block call the leader received.
+type stubLeader struct {
+	block   chan struct{}
+	arrived chan struct{}
+}
 
-func (s *stubLeader) Echo(_ *submitArgs, _ *submitReply) error  { return nil }
-func (s *stubLeader) Block(_ *submitArgs, _ *submitReply) error { <-s.block; return nil }
+func (s *stubLeader) Echo(_ *submitArgs, _ *submitReply) error { return nil }
+func (s *stubLeader) Block(_ *submitArgs, _ *submitReply) error {
+	s.arrived <- struct{}{}
+	<-s.block
+	return nil
+}
 
 // TestForwardAbandonSilentConnection checks what an abandoned call does to
-// its connection: one on which nothing was answered during the whole wait
-// is closed, so the next call dials afresh instead of queueing behind a
-// connection that neither fails nor delivers; one that answered other calls
+// its connection: one on which nothing arrived during the whole wait is
+// closed, so the next call dials afresh instead of queueing behind a
+// connection that neither fails nor delivers, and the calls still in
+// flight on it end as unknown outcomes; one that delivered anything
 // meanwhile is kept.
 func TestForwardAbandonSilentConnection(t *testing.T) {
-	stub := &stubLeader{block: make(chan struct{})}
+	stub := &stubLeader{block: make(chan struct{}), arrived: make(chan struct{}, 4)}
 	defer close(stub.block)
 	srv := rpc.NewServer()
 	require.NoError(t, srv.RegisterName("Node", stub))
@@ -94,28 +102,55 @@ func TestForwardAbandonSilentConnection(t *testing.T) {
 		return conn, nil
 	})
 	defer f.close()
-	call := func(method string, timeout time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	echo := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := f.call(ctx, "leader", method, &submitArgs{}, &submitReply{}, nil)
+		_, err := f.call(ctx, "leader", "Echo", &submitArgs{}, &submitReply{}, nil)
 		return err
 	}
+	type result struct {
+		sent bool
+		err  error
+	}
+	// block starts a Block call, waits until the leader has it, and
+	// returns its cancel and its result.
+	block := func() (context.CancelFunc, chan result) {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := make(chan result, 1)
+		go func() {
+			sent, err := f.call(ctx, "leader", "Block", &submitArgs{}, &submitReply{}, nil)
+			out <- result{sent, err}
+		}()
+		<-stub.arrived
+		return cancel, out
+	}
+	require.NoError(t, echo())
 
-	// Other calls are answered while the blocked one waits: kept.
-	require.NoError(t, call("Echo", 5*time.Second))
-	echoed := make(chan struct{})
-	go func() {
-		defer close(echoed)
-		time.Sleep(50 * time.Millisecond)
-		assert.NoError(t, call("Echo", 5*time.Second))
-	}()
-	require.ErrorIs(t, call("Block", 300*time.Millisecond), context.DeadlineExceeded)
-	<-echoed
-	require.NoError(t, call("Echo", 5*time.Second))
-	assert.Equal(t, int32(1), dials.Load(), "a connection that answered meanwhile is kept")
+	// An answer arrives while the blocked call waits: kept.
+	cancel, out := block()
+	require.NoError(t, echo())
+	cancel()
+	r := <-out
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.NoError(t, echo())
+	assert.Equal(t, int32(1), dials.Load(), "a connection that delivered meanwhile is kept")
 
-	// Nothing answered during the wait: closed, and the next call dials.
-	require.ErrorIs(t, call("Block", 100*time.Millisecond), context.DeadlineExceeded)
-	require.NoError(t, call("Echo", 5*time.Second))
+	// Nothing arrives while the second blocked call waits: the connection
+	// is closed, the other call in flight on it ends as sent (an unknown
+	// outcome), and the next call dials.
+	cancelFirst, first := block()
+	defer cancelFirst()
+	cancel, out = block()
+	cancel()
+	r = <-out
+	require.ErrorIs(t, r.err, context.Canceled)
+	select {
+	case r = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight did not end: the silent connection was not closed")
+	}
+	require.Error(t, r.err)
+	assert.True(t, r.sent, "a call in flight on a connection closed under it may have been applied")
+	require.NoError(t, echo())
 	assert.Equal(t, int32(2), dials.Load(), "a silent connection is replaced")
 }
