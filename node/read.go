@@ -113,6 +113,8 @@ func (n *Node) linearize(ctx context.Context) error {
 	// VerifyLeader's future has no deadline: a leader cut off from the
 	// majority answers it only when its lease runs out and it steps down.
 	// The caller's deadline comes first; Raft ends the wait at step-down.
+	// (A request still queued when Raft shuts down is never answered: its
+	// goroutine then stays until the process ends.)
 	verified := make(chan error, 1)
 	go func() { verified <- n.raft.VerifyLeader().Error() }()
 	select {

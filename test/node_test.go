@@ -187,9 +187,9 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 		return err == nil && n0.Node.IsLeader()
 	}, 10*time.Second, 20*time.Millisecond, "n0 serves linearizable reads")
 
+	c.Isolate(0) // first: n1 and n2 must not depose n0 before the cut
 	close(stop)
 	<-writer
-	c.Isolate(0)
 	nl := c.LeaderAmong(1, 2)
 	got, err := nl.Node.Allocate(ctxT(t, 10*time.Second), "ip", "10.96.0.77", "new-leader", 0, "")
 	require.NoError(t, err, "the majority elects a leader and commits")
