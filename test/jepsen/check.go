@@ -2,7 +2,9 @@ package jepsen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/rangealloc/rangealloc/test/checker"
 )
@@ -22,6 +24,72 @@ type Evidence struct {
 	// OKUnderFault counts the acknowledged operations that began and
 	// ended while a fault was in force that left a majority connected.
 	OKUnderFault int
+	// Recovery is the slowest return to service after a heal (a figure,
+	// not a check).
+	Recovery Recovery
+}
+
+// Recovery is the longest time, over every heal and every node, from the
+// heal to the return of the first write sent to that node after it that
+// the cluster answered: acknowledged, or refused by the state machine
+// (anything but NoLeader, a refused connection, or an unknown outcome).
+type Recovery struct {
+	Wait  time.Duration
+	Node  string
+	Fault Fault
+	// Never is set when a node answered no write sent after a heal before
+	// the run ended; Node and Fault then name the first such case.
+	Never bool
+}
+
+func (r Recovery) String() string {
+	switch {
+	case r.Never:
+		return fmt.Sprintf("%s answered no write after the heal of %s", r.Node, r.Fault)
+	case r.Node == "":
+		return "no heal"
+	}
+	return fmt.Sprintf("%v (%s after %s)", r.Wait.Round(time.Millisecond), r.Node, r.Fault)
+}
+
+// answered reports whether the cluster answered a write.
+func answered(op checker.Op) bool {
+	switch {
+	case op.Kind != checker.KindAllocate && op.Kind != checker.KindRelease:
+		return false
+	case op.Outcome == checker.OK:
+		return true
+	}
+	return op.Outcome == checker.Fail && op.Err != "NoLeader" && op.Err != "ConnRefused"
+}
+
+// recovery finds the slowest return to service after the heals of windows.
+func recovery(h checker.History, windows []Window) Recovery {
+	var nodes []string
+	for _, op := range h {
+		if op.Node != "" && !slices.Contains(nodes, op.Node) {
+			nodes = append(nodes, op.Node)
+		}
+	}
+	slices.Sort(nodes)
+	var r Recovery
+	for _, w := range windows {
+		for _, n := range nodes {
+			first := int64(-1)
+			for _, op := range h {
+				if op.Node == n && op.Call >= w.End && answered(op) && (first < 0 || op.Return < first) {
+					first = op.Return
+				}
+			}
+			switch {
+			case first < 0 && !r.Never:
+				r = Recovery{Node: n, Fault: w.Fault, Never: true}
+			case first >= 0 && !r.Never && (r.Node == "" || time.Duration(first-w.End) > r.Wait):
+				r = Recovery{Wait: time.Duration(first - w.End), Node: n, Fault: w.Fault}
+			}
+		}
+	}
+	return r
 }
 
 // Gather counts the evidence of a run from its history, its fault windows
@@ -34,6 +102,7 @@ func Gather(h checker.History, windows []Window, logs []string) Evidence {
 		e.SnapshotInstalls += strings.Count(l, snapshotInstalled)
 	}
 	e.LeaderChanges = max(elections-1, 0)
+	e.Recovery = recovery(h, windows)
 	for _, op := range h {
 		switch op.Outcome {
 		case checker.Unknown:
@@ -68,8 +137,8 @@ func (e Evidence) Check() checker.Report {
 }
 
 func (e Evidence) String() string {
-	return fmt.Sprintf("%d leader changes, %d unknown outcomes, %d snapshot installs, %d ok under a minority fault",
-		e.LeaderChanges, e.Unknown, e.SnapshotInstalls, e.OKUnderFault)
+	return fmt.Sprintf("%d leader changes, %d unknown outcomes, %d snapshot installs, %d ok under a minority fault; slowest recovery after a heal: %s",
+		e.LeaderChanges, e.Unknown, e.SnapshotInstalls, e.OKUnderFault, e.Recovery)
 }
 
 // ExpandLists adds, for every acknowledged list, one get per value of its

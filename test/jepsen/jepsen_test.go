@@ -162,6 +162,33 @@ func TestEvidence(t *testing.T) {
 	assert.True(t, e.Check().OK, "%v", e.Check().Problems)
 }
 
+// TestRecovery checks the slowest return to service after a heal: per
+// heal and node, the first write sent after the heal that the cluster
+// answered (a refusal by the state machine counts; NoLeader and unknown
+// outcomes do not), and a node that never answered again.
+func TestRecovery(t *testing.T) {
+	w := func(node string, call, ret int64, o checker.Outcome, code string) checker.Op {
+		return checker.Op{Kind: checker.KindAllocate, Pool: "p", Node: node, Call: call, Return: ret, Outcome: o, Err: code}
+	}
+	windows := []Window{{Fault: IsolateFollower, Start: 0, End: 100}, {Fault: KillLeader, Start: 200, End: 300}}
+	h := checker.History{
+		w("n1", 50, 60, checker.OK, ""),                                                             // before the first heal: ignored
+		w("n1", 110, 130, checker.OK, ""),                                                           // n1 back 30 after the first heal
+		w("n2", 105, 400, checker.Unknown, "NoAnswer"),                                              // not an answer
+		w("n2", 120, 150, checker.Fail, "NoLeader"),                                                 // not an answer
+		w("n2", 160, 170, checker.Fail, "RangeFull"),                                                // n2 back 70 after it: the state machine answered
+		w("n1", 310, 320, checker.OK, ""),                                                           // 20 after the second heal
+		w("n2", 320, 350, checker.OK, ""),                                                           // 50 after it
+		{Kind: checker.KindGet, Pool: "p", Node: "n1", Call: 301, Return: 302, Outcome: checker.OK}, // a read: ignored
+	}
+	assert.Equal(t, Recovery{Wait: 70, Node: "n2", Fault: IsolateFollower}, recovery(h, windows))
+	assert.Equal(t, "n1 answered no write after the heal of kill-leader",
+		recovery(h[:5], windows).String(), "no node answered after the second heal; the first is named")
+	assert.Equal(t, "n2 answered no write after the heal of kill-leader",
+		recovery(append(h[:5:5], h[5]), windows).String(), "n1 answered after the second heal, n2 did not")
+	assert.Equal(t, "no heal", recovery(h, nil).String())
+}
+
 // TestPlan checks that the schedule is a function of the seed, holds
 // every fault asked for, and lasts at least the duration asked for.
 func TestPlan(t *testing.T) {
