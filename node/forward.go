@@ -179,8 +179,9 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 // next retransmission, which backs off to as much as two minutes. So the
 // client is closed and the next call dials afresh. Calls still in flight
 // on it end with the connection's error, which call reports as sent: a
-// write's caller retries with the same request ID. A connection that delivers anything
-// meanwhile is kept: one caller giving up says nothing about it.
+// write's caller retries with the same request ID. A connection that
+// delivers anything meanwhile is kept: one caller giving up says nothing
+// about it.
 func (f *forwarder) abandon(addr string, c *rpcClient, arrived uint64) {
 	if c.arrived.Load() == arrived {
 		f.drop(addr, c)
