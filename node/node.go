@@ -162,10 +162,7 @@ func (n *Node) start() error {
 // snapshot store keeping two snapshots.
 func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
 	var err error
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(n.cfg.DataDir, "raft.db"),
-		BoltOptions: boltOptions(),
-	})
+	n.store, err = openBolt(n.cfg.DataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft.db (is another node using %s?): %w", n.cfg.DataDir, err)
 	}
@@ -180,10 +177,13 @@ func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
 	return logs, snaps, nil
 }
 
-// boltOptions are the options of the Raft log's bolt file: fsync stays on;
-// the freelist is rebuilt at open instead of written at every commit.
-func boltOptions() *bbolt.Options {
-	return &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
+// openBolt opens dir's raft.db, the Raft log and stable store: fsync stays
+// on; the freelist is rebuilt at open instead of written at every commit.
+func openBolt(dir string) (*raftboltdb.BoltStore, error) {
+	return raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed

@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -29,16 +28,12 @@ import (
 // commit as fast as they can at once, and every round takes three commits.
 func BenchmarkStorageFloor(b *testing.B) {
 	b.Run("disk", func(b *testing.B) {
+		stores := openStores3(b)
 		var wg sync.WaitGroup
 		data := make([]byte, 100)
 		b.ResetTimer()
 		start := time.Now()
-		for w := 0; w < 3; w++ {
-			s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: boltOptions()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+		for _, s := range stores {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -58,15 +53,7 @@ func BenchmarkStorageFloor(b *testing.B) {
 	// 100 bytes is an entry of one request; 4 KiB carries 64.
 	for _, size := range []int{100, 4096} {
 		b.Run(fmt.Sprintf("entry=%dB", size), func(b *testing.B) {
-			var stores [3]*raftboltdb.BoltStore
-			for i := range stores {
-				s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(b.TempDir(), "raft.db"), BoltOptions: boltOptions()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				stores[i] = s
-			}
+			stores := openStores3(b)
 			type round struct {
 				logs  []*raft.Log
 				first chan error // buffered 2: each follower reports
@@ -114,4 +101,19 @@ func BenchmarkStorageFloor(b *testing.B) {
 			b.ReportMetric(64*rounds, "64-caller-ceiling/s")
 		})
 	}
+}
+
+// openStores3 opens three Raft log stores as the node does, each in its
+// own directory on the same disk, closed when the benchmark ends.
+func openStores3(b *testing.B) [3]*raftboltdb.BoltStore {
+	var stores [3]*raftboltdb.BoltStore
+	for i := range stores {
+		s, err := openBolt(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	return stores
 }
