@@ -161,7 +161,7 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 	writer := make(chan struct{})
 	go func() {
 		defer close(writer)
-		for i := 0; ; i++ {
+		for {
 			select {
 			case <-stop:
 				return
