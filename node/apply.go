@@ -99,28 +99,27 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 	}
 }
 
-// batchLoop is the leader's group commit. It waits for a proposal, then
-// for room among the MaxInflight entries Raft may hold unapplied (a token
-// in n.slots, returned by resolveLoop), then packs every proposal waiting by then
-// into one log entry, up to MaxBatch (see fill). Under load, requests pile up while
-// earlier entries commit, so one fsync and one replication round serve
-// many requests; a lone request goes straight through, unless the entry
-// before it carried more (then it waits at most BatchWait).
+// batchLoop is the leader's group commit. It waits for room among the
+// MaxInflight entries Raft may hold unapplied (a token in n.slots, returned
+// by resolveLoop), then for a proposal, then packs every proposal waiting by
+// then into one log entry, up to MaxBatch (see fill). Under load, requests
+// pile up while earlier entries commit, so one fsync and one replication
+// round serve many requests; a lone request goes straight through.
 func (n *Node) batchLoop() {
 	for {
+		select {
+		case n.slots <- struct{}{}:
+		case <-n.shutdown:
+			return
+		}
 		var p *proposal
 		select {
 		case <-n.shutdown:
 			return
 		case p = <-n.proposals:
 		}
-		select {
-		case n.slots <- struct{}{}:
-		case <-n.shutdown:
-			p.done <- outcome{err: ErrClosed}
-			return
-		}
-		batch := n.fill([]*proposal{p}, min(int(n.answered.Load()), n.cfg.MaxBatch))
+		wait := min(n.cfg.BatchWait, time.Duration(n.round.Load()))
+		batch := n.fill([]*proposal{p}, min(int(n.expect.Load()), n.cfg.MaxBatch), wait)
 		reqs := make([]*fsm.Request, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
@@ -139,15 +138,20 @@ func (n *Node) batchLoop() {
 }
 
 // fill adds the proposals waiting now to batch, up to MaxBatch. While the
-// batch holds fewer than want (the requests of the entry resolved last),
-// it waits up to BatchWait for more: the callers just answered are about
-// to ask again, and without the wait they would miss this entry and ride
-// the next one, splitting steady callers into groups that take turns.
-func (n *Node) fill(batch []*proposal, want int) []*proposal {
-	var wait *time.Timer
+// batch holds fewer than want, it waits up to wait for more. want is
+// what resolveLoop expects: the callers of the entry it resolved last,
+// who are about to ask again, and the requests that were already waiting
+// then. Without the wait, callers coming back miss this entry and ride the
+// next one, splitting steady callers into groups that take turns, each
+// group an entry (and a round of fsyncs) of its own. batchLoop bounds the
+// wait by BatchWait and by the last entry's round (handed to Raft until
+// resolved): holding an entry longer than a round would cost its callers
+// more than the callers coming back gain, who otherwise wait one round.
+func (n *Node) fill(batch []*proposal, want int, wait time.Duration) []*proposal {
+	var timer *time.Timer
 	defer func() {
-		if wait != nil {
-			wait.Stop()
+		if timer != nil {
+			timer.Stop()
 		}
 	}()
 	for len(batch) < n.cfg.MaxBatch {
@@ -157,16 +161,16 @@ func (n *Node) fill(batch []*proposal, want int) []*proposal {
 			continue
 		default:
 		}
-		if len(batch) >= want || n.cfg.BatchWait <= 0 {
+		if len(batch) >= want || wait <= 0 {
 			break
 		}
-		if wait == nil {
-			wait = time.NewTimer(n.cfg.BatchWait)
+		if timer == nil {
+			timer = time.NewTimer(wait)
 		}
 		select {
 		case p := <-n.proposals:
 			batch = append(batch, p)
-		case <-wait.C:
+		case <-timer.C:
 			return batch
 		case <-n.shutdown:
 			return batch
@@ -186,7 +190,10 @@ func (n *Node) resolveLoop() {
 		case in = <-n.inflight:
 		}
 		err := in.future.Error()
-		n.answered.Store(int64(len(in.batch)))
+		// batchLoop waits for the slot freed below, so every request not
+		// yet in an entry is in n.proposals now.
+		n.expect.Store(int64(len(in.batch) + len(n.proposals)))
+		n.round.Store(int64(time.Since(in.start)))
 		<-n.slots
 		if err != nil {
 			// ErrNotLeader and ErrEnqueueTimeout come before the entry is in

@@ -4,16 +4,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestFill checks how the group commit packs an entry: everything waiting,
-// up to MaxBatch; and, while fewer than the last entry's callers are
-// back, more of them for at most BatchWait.
+// up to MaxBatch; and, while it holds fewer than wanted, more for at most
+// the wait.
 func TestFill(t *testing.T) {
-	newNode := func(maxBatch int, wait time.Duration) *Node {
-		return &Node{cfg: Config{MaxBatch: maxBatch, BatchWait: wait},
-			proposals: make(chan *proposal, 16), shutdown: make(chan struct{})}
+	newNode := func(maxBatch int) *Node {
+		return &Node{cfg: Config{MaxBatch: maxBatch}, proposals: make(chan *proposal, 16), shutdown: make(chan struct{})}
 	}
 	queue := func(n *Node, k int) {
 		for range k {
@@ -23,9 +24,9 @@ func TestFill(t *testing.T) {
 	first := []*proposal{{}}
 	// fill runs n.fill and fails the test, rather than hang it, when fill
 	// does not return.
-	fill := func(t *testing.T, n *Node, want int) []*proposal {
+	fill := func(t *testing.T, n *Node, want int, wait time.Duration) []*proposal {
 		out := make(chan []*proposal, 1)
-		go func() { out <- n.fill(first, want) }()
+		go func() { out <- n.fill(first, want, wait) }()
 		select {
 		case b := <-out:
 			return b
@@ -36,40 +37,81 @@ func TestFill(t *testing.T) {
 	}
 
 	t.Run("takes what waits, up to MaxBatch", func(t *testing.T) {
-		n := newNode(3, 0)
+		n := newNode(3)
 		queue(n, 5)
-		assert.Len(t, fill(t, n, 1), 3)
+		assert.Len(t, fill(t, n, 1, 0), 3)
 		assert.Len(t, n.proposals, 3, "the rest wait for the next entry")
 	})
-	t.Run("no wait without BatchWait", func(t *testing.T) {
-		n := newNode(100, 0)
+	t.Run("no wait when the wait is 0", func(t *testing.T) {
+		n := newNode(100)
 		queue(n, 1)
-		assert.Len(t, fill(t, n, 64), 2)
+		assert.Len(t, fill(t, n, 64, 0), 2)
 	})
 	t.Run("waits for the callers coming back", func(t *testing.T) {
 		// The wait is an hour: the test ends only if fill stops as soon
 		// as the batch is as large as wanted.
-		n := newNode(100, time.Hour)
+		n := newNode(100)
 		queue(n, 1)
 		go func() {
 			time.Sleep(20 * time.Millisecond)
 			queue(n, 3)
 		}()
-		assert.Len(t, fill(t, n, 5), 5)
+		assert.Len(t, fill(t, n, 5, time.Hour), 5)
 	})
-	t.Run("gives up after BatchWait", func(t *testing.T) {
-		n := newNode(100, 10*time.Millisecond)
+	t.Run("gives up after the wait", func(t *testing.T) {
+		n := newNode(100)
 		queue(n, 1)
-		assert.Len(t, fill(t, n, 64), 2)
+		assert.Len(t, fill(t, n, 64, 10*time.Millisecond), 2)
 	})
 	t.Run("stops at shutdown", func(t *testing.T) {
-		n := newNode(100, time.Hour)
+		n := newNode(100)
 		close(n.shutdown)
-		assert.Len(t, fill(t, n, 64), 1)
+		assert.Len(t, fill(t, n, 64, time.Hour), 1)
 	})
 	t.Run("no wait when the batch is large enough", func(t *testing.T) {
-		n := newNode(100, time.Hour)
+		n := newNode(100)
 		queue(n, 2)
-		assert.Len(t, fill(t, n, 2), 3)
+		assert.Len(t, fill(t, n, 2, time.Hour), 3)
 	})
+}
+
+// appliedFuture is an entry Raft has applied, with the state machine's
+// response.
+type appliedFuture struct{ resp *fsm.Response }
+
+func (f appliedFuture) Error() error          { return nil }
+func (f appliedFuture) Index() uint64         { return 1 }
+func (f appliedFuture) Response() interface{} { return f.resp }
+
+// TestResolveExpects checks what the group commit expects of the next
+// entry once one resolves: the callers it answered, who are about to ask
+// again, plus the requests already waiting; and the round it took, which
+// bounds the wait for them.
+func TestResolveExpects(t *testing.T) {
+	n := &Node{cfg: Config{MaxInflight: 1}, proposals: make(chan *proposal, 16), inflight: make(chan *inflight, 1),
+		slots: make(chan struct{}, 1), shutdown: make(chan struct{})}
+	defer close(n.shutdown)
+	go n.resolveLoop()
+	for range 3 { // requests that arrived while the entry was out
+		n.proposals <- &proposal{}
+	}
+	batch := []*proposal{{done: make(chan outcome, 1)}, {done: make(chan outcome, 1)}}
+	resp := &fsm.Response{Results: []*fsm.Result{{}, {}}}
+	n.slots <- struct{}{}
+	n.inflight <- &inflight{future: appliedFuture{resp}, batch: batch, start: time.Now().Add(-3 * time.Millisecond)}
+	for _, p := range batch {
+		select {
+		case o := <-p.done:
+			require.NoError(t, o.err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the entry's callers were not answered")
+		}
+	}
+	assert.EqualValues(t, 5, n.expect.Load(), "two callers coming back and three waiting")
+	assert.GreaterOrEqual(t, time.Duration(n.round.Load()), 3*time.Millisecond)
+	select {
+	case n.slots <- struct{}{}:
+	default:
+		t.Fatal("the entry's slot was not freed")
+	}
 }

@@ -71,8 +71,9 @@ type Config struct {
 	// default, 1, packs the most requests per fsync; see docs/PERFORMANCE.md.
 	MaxInflight int
 	// BatchWait bounds how long the leader holds an entry open for the
-	// callers of the entry resolved last to come back (see fill). 0 sends
-	// whatever is waiting at once.
+	// callers of the entry resolved last to come back (see fill); the wait
+	// never exceeds the last entry's round either. 0 sends whatever is
+	// waiting at once.
 	BatchWait time.Duration
 	// RetryInterval is how long a call waits between attempts while there
 	// is no leader or the leader is unreachable.
@@ -107,7 +108,7 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		MaxBatch:           1024,
 		MaxInflight:        1,
-		BatchWait:          200 * time.Microsecond,
+		BatchWait:          5 * time.Millisecond,
 		RetryInterval:      20 * time.Millisecond,
 	}
 }

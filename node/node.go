@@ -40,7 +40,8 @@ type Node struct {
 	proposals chan *proposal
 	inflight  chan *inflight
 	slots     chan struct{} // one token per entry handed to Raft and not yet resolved
-	answered  atomic.Int64  // requests carried by the entry resolved last
+	expect    atomic.Int64  // requests the next entry should carry (see fill)
+	round     atomic.Int64  // nanoseconds the entry resolved last took, handed to Raft until resolved
 	notify    chan bool
 
 	// ready is true while this node is the leader and has applied an entry

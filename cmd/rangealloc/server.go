@@ -81,7 +81,7 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.DurationVar(&f.tuning.SnapshotInterval, "snapshot-interval", f.tuning.SnapshotInterval, "how often to check whether to snapshot (advanced)")
 	fl.Uint64Var(&f.tuning.TrailingLogs, "trailing-logs", f.tuning.TrailingLogs, "log entries kept after a snapshot (advanced)")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
-	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "how long the leader holds a log entry open for the callers it just answered to ask again; 0 sends at once (advanced)")
+	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
 	return cmd
 }
 
