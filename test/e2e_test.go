@@ -287,6 +287,8 @@ func TestCLI(t *testing.T) {
 		{args: []string{"server", "--request-timeout", "0s"}, code: 1, stderr: "Error: --request-timeout 0s: want a positive duration"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--pool", "nodeport", "-o", "json"}, jsonKey: "opsPerSec"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1", "-o", "json"}, stdout: []string{`"errors": 0`}, jsonKey: "opsPerSec"},
+		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1", "-o", "json"}, jsonKey: "cpuMicrosPerOp"}, // Linux: /proc/stat
+		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1"}, stdout: []string{"CPU/OP", "BENCH/OP", "µs"}},
 		{args: []string{"bench", "--mix", "ping=1"}, code: 1, stderr: `unknown operation "ping" (allocate, release, get, health)`},
 	}
 	for _, r := range rows {

@@ -42,6 +42,12 @@ type benchResult struct {
 	Clients   int     `json:"clients"`
 	Mix       string  `json:"mix"`
 	Count     int     `json:"count"`
+	// The machine's CPUs while the clients ran (Linux; absent elsewhere):
+	// the fraction busy, and CPU time per operation, all processes
+	// together and the load generator alone.
+	MachineBusy      *float64 `json:"machineBusy,omitempty"`
+	CPUMicrosPerOp   *float64 `json:"cpuMicrosPerOp,omitempty"`
+	BenchMicrosPerOp float64  `json:"benchCpuMicrosPerOp"`
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -58,7 +64,13 @@ client allocated; with --count, of as many values in one transaction), get,
 and health (GET /healthz: the HTTP round trip alone, a baseline for the
 others on the same machine).
 VALUES/S counts allocated values. Each client releases what it still holds
-when the run ends, off the clock, so runs do not fill the pool.`,
+when the run ends, off the clock, so runs do not fill the pool.
+
+CPU is how busy the machine's CPUs were while the clients ran (from
+/proc/stat, so every process counts, Linux only), CPU/OP the CPU time all
+processes spent per operation, and BENCH/OP the load generator's own part
+of it. With the servers on the same machine, a CPU near 100% means the
+figures measure the CPUs, and CPU/OP is what an operation costs them.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
   rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
   rangealloc bench --mix allocate=50,release=40,get=10`,
@@ -169,7 +181,17 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	st := &benchStats{lats: make([][]time.Duration, f.clients)}
 	runCtx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
-	start := time.Now()
+	start, startCPU := time.Now(), sampleCPU()
+	type end struct {
+		at  time.Time
+		cpu cpuSample
+		ops int64
+	}
+	ended := make(chan end, 1)
+	go func() {
+		<-runCtx.Done() // operations finishing later do not count
+		ended <- end{time.Now(), sampleCPU(), st.ops.Load()}
+	}()
 	var wg sync.WaitGroup
 	for i := 0; i < f.clients; i++ {
 		wg.Add(1)
@@ -183,7 +205,8 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	progress(cmd, start, st, done)
-	return report(cmd, g, f, len(targets), time.Since(start), st)
+	e := <-ended
+	return report(cmd, g, f, len(targets), e.at.Sub(start), cpuBetween(startCPU, e.cpu, e.ops), st)
 }
 
 func benchOwner(i int) string { return fmt.Sprintf("bench-%d", i) }
@@ -272,7 +295,7 @@ func progress(cmd *cobra.Command, start time.Time, st *benchStats, done <-chan s
 }
 
 // report prints the totals and latency percentiles.
-func report(cmd *cobra.Command, g *globals, f *benchFlags, nodes int, elapsed time.Duration, st *benchStats) error {
+func report(cmd *cobra.Command, g *globals, f *benchFlags, nodes int, elapsed time.Duration, cpu cpuUse, st *benchStats) error {
 	var all []time.Duration
 	for _, l := range st.lats {
 		all = append(all, l...)
@@ -287,13 +310,19 @@ func report(cmd *cobra.Command, g *globals, f *benchFlags, nodes int, elapsed ti
 	secs := elapsed.Seconds()
 	res := benchResult{Ops: st.ops.Load(), Values: st.values.Load(), Errors: st.errs.Load(), Seconds: secs,
 		OpsPerSec: float64(st.ops.Load()) / secs, ValPerSec: float64(st.values.Load()) / secs,
-		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: nodes, Clients: f.clients, Mix: f.mix, Count: f.count}
+		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: nodes, Clients: f.clients, Mix: f.mix, Count: f.count,
+		BenchMicrosPerOp: float64(cpu.BenchPerOp) / float64(time.Microsecond)}
+	if cpu.known {
+		perOp := float64(cpu.PerOp) / float64(time.Microsecond)
+		res.MachineBusy, res.CPUMicrosPerOp = &cpu.Busy, &perOp
+	}
+	busy, perOp, benchPerOp := cpu.columns()
 	if e, ok := st.firstErr.Load().(string); ok {
 		fmt.Fprintf(cmd.ErrOrStderr(), "first error: %s\n", e)
 	}
 	return g.print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "NODES\tCLIENTS\tOPS\tOPS/S\tVALUES/S\tP50\tP90\tP99\tERRORS")
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.0f\t%.2fms\t%.2fms\t%.2fms\t%d\n", res.Nodes, res.Clients, res.Ops, res.OpsPerSec,
-			res.ValPerSec, res.P50ms, res.P90ms, res.P99ms, res.Errors)
+		fmt.Fprintln(tw, "NODES\tCLIENTS\tOPS\tOPS/S\tVALUES/S\tP50\tP90\tP99\tERRORS\tCPU\tCPU/OP\tBENCH/OP")
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.0f\t%.2fms\t%.2fms\t%.2fms\t%d\t%s\t%s\t%s\n", res.Nodes, res.Clients, res.Ops, res.OpsPerSec,
+			res.ValPerSec, res.P50ms, res.P90ms, res.P99ms, res.Errors, busy, perOp, benchPerOp)
 	})
 }
