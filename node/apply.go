@@ -190,8 +190,9 @@ func (n *Node) resolveLoop() {
 		case in = <-n.inflight:
 		}
 		err := in.future.Error()
-		// batchLoop waits for the slot freed below, so every request not
-		// yet in an entry is in n.proposals now.
+		// With one entry in flight (the default), batchLoop waits for the
+		// slot freed below, so every request not yet in an entry is in
+		// n.proposals now; with more, the count is an estimate.
 		n.expect.Store(int64(len(in.batch) + len(n.proposals)))
 		n.round.Store(int64(time.Since(in.start)))
 		<-n.slots
