@@ -42,12 +42,13 @@ type benchResult struct {
 	Clients   int     `json:"clients"`
 	Mix       string  `json:"mix"`
 	Count     int     `json:"count"`
-	// The machine's CPUs while the clients ran (Linux; absent elsewhere):
-	// the fraction busy, and CPU time per operation, all processes
-	// together and the load generator alone.
-	MachineBusy      *float64 `json:"machineBusy,omitempty"`
-	CPUMicrosPerOp   *float64 `json:"cpuMicrosPerOp,omitempty"`
-	BenchMicrosPerOp float64  `json:"benchCpuMicrosPerOp"`
+	// The machine's CPUs while the clients ran (from /proc/stat, absent
+	// where there is none): percent busy, and microseconds of CPU time
+	// per operation of all processes together; and the load generator's
+	// own microseconds per operation (Unix).
+	CPUBusyPercent  *float64 `json:"cpuBusyPercent,omitempty"`
+	CPUPerOpUs      *float64 `json:"cpuPerOpUs,omitempty"`
+	BenchCPUPerOpUs float64  `json:"benchCpuPerOpUs"`
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -67,9 +68,9 @@ VALUES/S counts allocated values. Each client releases what it still holds
 when the run ends, off the clock, so runs do not fill the pool.
 
 CPU is how busy the machine's CPUs were while the clients ran (from
-/proc/stat, so every process counts, Linux only), CPU/OP the CPU time all
-processes spent per operation, and BENCH/OP the load generator's own part
-of it. With the servers on the same machine, a CPU near 100% means the
+/proc/stat, so every process counts, Linux only; busy ticks over all
+ticks, as top counts), CPU/OP the CPU time all processes spent per
+operation, and BENCH/OP the load generator's own part of it. With the servers on the same machine, a CPU near 100% means the
 figures measure the CPUs, and CPU/OP is what an operation costs them.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
   rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
@@ -311,10 +312,10 @@ func report(cmd *cobra.Command, g *globals, f *benchFlags, nodes int, elapsed ti
 	res := benchResult{Ops: st.ops.Load(), Values: st.values.Load(), Errors: st.errs.Load(), Seconds: secs,
 		OpsPerSec: float64(st.ops.Load()) / secs, ValPerSec: float64(st.values.Load()) / secs,
 		P50ms: pct(0.50), P90ms: pct(0.90), P99ms: pct(0.99), Nodes: nodes, Clients: f.clients, Mix: f.mix, Count: f.count,
-		BenchMicrosPerOp: float64(cpu.BenchPerOp) / float64(time.Microsecond)}
+		BenchCPUPerOpUs: float64(cpu.BenchPerOp) / float64(time.Microsecond)}
 	if cpu.known {
-		perOp := float64(cpu.PerOp) / float64(time.Microsecond)
-		res.MachineBusy, res.CPUMicrosPerOp = &cpu.Busy, &perOp
+		busy, perOp := 100*cpu.Busy, float64(cpu.PerOp)/float64(time.Microsecond)
+		res.CPUBusyPercent, res.CPUPerOpUs = &busy, &perOp
 	}
 	busy, perOp, benchPerOp := cpu.columns()
 	if e, ok := st.firstErr.Load().(string); ok {

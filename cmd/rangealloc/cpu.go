@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -26,11 +25,7 @@ type cpuSample struct {
 const clockTicks = 100
 
 func sampleCPU() cpuSample {
-	var s cpuSample
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	s := cpuSample{self: selfCPU()}
 	f, err := os.Open("/proc/stat")
 	if err != nil {
 		return s
@@ -46,7 +41,7 @@ func sampleCPU() cpuSample {
 
 // parseCPULine reads the aggregate line of /proc/stat: "cpu user nice
 // system idle iowait irq softirq steal ...". Idle and iowait count as not
-// busy.
+// busy, and steal too: it is time the hypervisor gave to someone else.
 func parseCPULine(line string) (busy, total uint64, ok bool) {
 	fields := strings.Fields(line)
 	if len(fields) < 5 || fields[0] != "cpu" {
@@ -61,7 +56,7 @@ func parseCPULine(line string) (busy, total uint64, ok bool) {
 			return 0, 0, false
 		}
 		total += v
-		if i != 3 && i != 4 {
+		if i != 3 && i != 4 && i != 7 {
 			busy += v
 		}
 	}

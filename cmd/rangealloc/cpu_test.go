@@ -14,7 +14,7 @@ func TestParseCPULine(t *testing.T) {
 		ok          bool
 	}{
 		// user nice system idle iowait irq softirq steal guest guest_nice
-		{"cpu  100 5 50 800 40 1 2 3 70 0", 161, 1001, true},
+		{"cpu  100 5 50 800 40 1 2 3 70 0", 158, 1001, true},
 		{"cpu 10 0 10 80", 20, 100, true}, // old kernels: four fields
 		{"cpu0 100 5 50 800 40 1 2 3", 0, 0, false},
 		{"cpu 10 x 10 80", 0, 0, false},
