@@ -104,7 +104,9 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 // by resolveLoop), then for a proposal, then packs every proposal waiting by
 // then into one log entry, up to MaxBatch (see fill). Under load, requests
 // pile up while earlier entries commit, so one fsync and one replication
-// round serve many requests; a lone request goes straight through.
+// round serve many requests. A lone request goes straight through, unless
+// more callers are expected back (then it waits at most BatchWait, and
+// never longer than the last entry's round).
 func (n *Node) batchLoop() {
 	for {
 		select {
@@ -191,8 +193,10 @@ func (n *Node) resolveLoop() {
 		}
 		err := in.future.Error()
 		// With one entry in flight (the default), batchLoop waits for the
-		// slot freed below, so every request not yet in an entry is in
-		// n.proposals now; with more, the count is an estimate.
+		// slot freed below, so the requests that reached this leader and
+		// are in no entry are in n.proposals now. It is still an estimate:
+		// callers between requests are not counted, and with more entries
+		// in flight batchLoop may be filling one.
 		n.expect.Store(int64(len(in.batch) + len(n.proposals)))
 		n.round.Store(int64(time.Since(in.start)))
 		<-n.slots

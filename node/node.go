@@ -39,7 +39,7 @@ type Node struct {
 
 	proposals chan *proposal
 	inflight  chan *inflight
-	slots     chan struct{} // one token per entry handed to Raft and not yet resolved
+	slots     chan struct{} // a token per entry in Raft and not yet resolved, or being filled
 	expect    atomic.Int64  // requests the next entry should carry (see fill)
 	round     atomic.Int64  // nanoseconds the entry resolved last took, handed to Raft until resolved
 	notify    chan bool
