@@ -9,10 +9,13 @@ import (
 
 // BenchmarkCountJSON measures the JSON that one value of `rangealloc bench
 // --count 4096 --mix allocate=1,release=1` passes through, in the shapes of
-// SPEC §5: the server encodes it in a count allocation's answer and the
-// client decodes it; the client encodes its release in a transaction and
-// the server decodes that (strictly, as the server does). One op is one
-// message of 4,096 values; ns/value is per value.
+// SPEC §5 and the way each side handles it: the server encodes the count
+// allocation's answer (json.Encoder) and the client decodes it
+// (json.Unmarshal); the client encodes its release transaction
+// (json.Marshal) and the server decodes it strictly; the server encodes
+// the transaction's answer, an allocation per released value, and the
+// client decodes that. One op is one message of 4,096 values; ns/value is
+// per value.
 func BenchmarkCountJSON(b *testing.B) {
 	const n = 4096
 	list := AllocationList{Allocations: make([]Allocation, n)}
@@ -22,38 +25,51 @@ func BenchmarkCountJSON(b *testing.B) {
 		list.Allocations[i] = Allocation{Pool: "clusterip-ipv4", Value: v, Owner: "bench-7", Band: "dynamic", Mode: "dynamic", Revision: 123456}
 		txn.Ops[i] = TxnOp{Op: "release", Pool: "clusterip-ipv4", Value: v, Owner: "bench-7"}
 	}
-	for _, tc := range []struct {
-		name string
-		v    any
-		out  func() any
-	}{
-		{"allocations", list, func() any { return &AllocationList{} }},
-		{"release-txn", txn, func() any { return &TxnRequest{} }},
-	} {
-		data, err := json.Marshal(tc.v)
+	results := TxnResults{Results: list.Allocations}
+	serverEncode := func(v any) func() error {
+		var buf bytes.Buffer
+		return func() error { buf.Reset(); return json.NewEncoder(&buf).Encode(v) }
+	}
+	clientEncode := func(v any) func() error {
+		return func() error { _, err := json.Marshal(v); return err }
+	}
+	serverDecode := func(data []byte, out func() any) func() error {
+		return func() error {
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			return dec.Decode(out())
+		}
+	}
+	clientDecode := func(data []byte, out func() any) func() error {
+		return func() error { return json.Unmarshal(data, out()) }
+	}
+	mustMarshal := func(v any) []byte {
+		data, err := json.Marshal(v)
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(tc.name+"/encode", func(b *testing.B) {
-			var buf bytes.Buffer
+		return data
+	}
+	listData, txnData, resultsData := mustMarshal(list), mustMarshal(txn), mustMarshal(results)
+	for _, tc := range []struct {
+		name string
+		size int
+		run  func() error
+	}{
+		{"allocations/server-encode", len(listData), serverEncode(list)},
+		{"allocations/client-decode", len(listData), clientDecode(listData, func() any { return &AllocationList{} })},
+		{"release-txn/client-encode", len(txnData), clientEncode(txn)},
+		{"release-txn/server-decode", len(txnData), serverDecode(txnData, func() any { return &TxnRequest{} })},
+		{"release-results/server-encode", len(resultsData), serverEncode(results)},
+		{"release-results/client-decode", len(resultsData), clientDecode(resultsData, func() any { return &TxnResults{} })},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
 			for b.Loop() {
-				buf.Reset()
-				if err := json.NewEncoder(&buf).Encode(tc.v); err != nil {
+				if err := tc.run(); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.SetBytes(int64(len(data)))
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/value")
-		})
-		b.Run(tc.name+"/decode", func(b *testing.B) {
-			for b.Loop() {
-				dec := json.NewDecoder(bytes.NewReader(data))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(tc.out()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.SetBytes(int64(len(data)))
+			b.SetBytes(int64(tc.size))
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/value")
 		})
 	}
