@@ -70,8 +70,9 @@ when the run ends, off the clock, so runs do not fill the pool.
 CPU is how busy the machine's CPUs were while the clients ran (from
 /proc/stat, so every process counts, Linux only; busy ticks over all
 ticks, as top counts), CPU/OP the CPU time all processes spent per
-operation, and BENCH/OP the load generator's own part of it. With the servers on the same machine, a CPU near 100% means the
-figures measure the CPUs, and CPU/OP is what an operation costs them.`,
+operation, and BENCH/OP the load generator's own part of it. With the
+servers on the same machine, a CPU near 100% means the figures measure
+the CPUs, and CPU/OP is what an operation costs them.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
   rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
   rangealloc bench --mix allocate=50,release=40,get=10`,
