@@ -23,11 +23,11 @@ import (
 // latency per caller count. inflight=64 is the baseline: group commit
 // without a bound on the entries in flight, which packs almost nothing.
 func BenchmarkEmbeddedAllocate(b *testing.B) {
-	wait := node.DefaultConfig().BatchWait
+	dflt := node.DefaultConfig().BatchWait
 	for _, tc := range []struct {
 		callers, inflight int
 		wait              time.Duration
-	}{{1, 1, wait}, {16, 1, wait}, {16, 1, 0}, {64, 1, wait}, {64, 1, 0}, {64, 64, 0}} {
+	}{{1, 1, dflt}, {16, 1, dflt}, {16, 1, 0}, {64, 1, dflt}, {64, 1, 0}, {64, 64, 0}} {
 		callers, inflight, wait := tc.callers, tc.inflight, tc.wait
 		b.Run(fmt.Sprintf("callers=%d/inflight=%d/wait=%v", callers, inflight, wait), func(b *testing.B) {
 			var entries, requests atomic.Int64

@@ -206,14 +206,18 @@ func (d Direction) String() string { return [...]string{"both", "inbound", "outb
 // back off exponentially, so that bytes sent during a long cut wait for
 // the next one well after the heal.
 func (l *Lab) Drop(i int, dir Direction, peers ...int) error {
+	// drop has node to discard the packets that arrive from node from.
+	drop := func(to, from int) error {
+		return inNS(l.NS[to], "iptables", "-w", "-A", "INPUT", "-s", l.IPs[from], "-j", "DROP")
+	}
 	for _, p := range peers {
 		if dir != Outbound {
-			if err := inNS(l.NS[i], "iptables", "-w", "-A", "INPUT", "-s", l.IPs[p], "-j", "DROP"); err != nil {
+			if err := drop(i, p); err != nil {
 				return err
 			}
 		}
 		if dir != Inbound {
-			if err := inNS(l.NS[p], "iptables", "-w", "-A", "INPUT", "-s", l.IPs[i], "-j", "DROP"); err != nil {
+			if err := drop(p, i); err != nil {
 				return err
 			}
 		}
@@ -221,11 +225,11 @@ func (l *Lab) Drop(i int, dir Direction, peers ...int) error {
 	return nil
 }
 
-// Heal removes every DROP rule of every node.
+// Heal removes every DROP rule of every node (all are in INPUT chains).
 func (l *Lab) Heal() error {
 	var errs []error
 	for _, ns := range l.NS {
-		errs = append(errs, inNS(ns, "iptables", "-w", "-F", "INPUT"), inNS(ns, "iptables", "-w", "-F", "OUTPUT"))
+		errs = append(errs, inNS(ns, "iptables", "-w", "-F", "INPUT"))
 	}
 	return errors.Join(errs...)
 }
