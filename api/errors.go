@@ -17,7 +17,10 @@ const (
 	CodeUnavailable      = "Unavailable"
 	CodeNotFound         = "NotFound"
 	CodeMethodNotAllowed = "MethodNotAllowed"
-	CodeInternal         = "Internal"
+	// CodeUnsupportedMediaType: a write's body is not application/json
+	// (a restore's: application/octet-stream).
+	CodeUnsupportedMediaType = "UnsupportedMediaType"
+	CodeInternal             = "Internal"
 )
 
 // statusOf maps the state machine's codes to HTTP statuses.
@@ -31,6 +34,9 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodeAlreadyAllocated:     http.StatusConflict,
 	fsm.CodeRangeFull:            http.StatusConflict,
 	fsm.CodeOwnerMismatch:        http.StatusConflict,
+	fsm.CodePoolOverlap:          http.StatusConflict,
+	fsm.CodeNodeNotEmpty:         http.StatusConflict,
+	fsm.CodeLastVoter:            http.StatusConflict,
 	fsm.CodeNotInRange:           http.StatusUnprocessableEntity,
 	fsm.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 }

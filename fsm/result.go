@@ -18,6 +18,14 @@ const (
 	CodeOwnerMismatch        Code = "OwnerMismatch"
 	CodeIdempotencyKeyReused Code = "IdempotencyKeyReused"
 	CodeMemberNotFound       Code = "MemberNotFound"
+	// CodePoolOverlap: a new pool shares values with a pool of the same
+	// kind (IPv4, IPv6, port).
+	CodePoolOverlap Code = "PoolOverlap"
+	// CodeNodeNotEmpty: a node asked to join holds state of another cluster.
+	CodeNodeNotEmpty Code = "NodeNotEmpty"
+	// CodeLastVoter: the change would leave the cluster without a voter,
+	// or there is no other voter to hand leadership to.
+	CodeLastVoter Code = "LastVoter"
 )
 
 // Error is a domain failure decided by the state machine: a definite
