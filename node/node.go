@@ -19,7 +19,6 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/transport"
-	"go.etcd.io/bbolt"
 )
 
 // Node is one rangealloc server: a Raft member with its state machine, the
@@ -34,7 +33,7 @@ type Node struct {
 	raft  *raft.Raft
 	mux   *transport.Mux
 	trans *raft.NetworkTransport
-	store *raftboltdb.BoltStore
+	store *markedStore
 	fwd   *forwarder
 
 	proposals chan *proposal
@@ -117,7 +116,11 @@ func (n *Node) start() error {
 	if cfg.WrapTransport != nil {
 		trans = cfg.WrapTransport(trans)
 	}
-	logs, snaps, err := n.openStores()
+	disk, err := checkStorage(cfg.DataDir, n.logger)
+	if err != nil {
+		return err
+	}
+	logs, snaps, err := n.openStores(disk.marked)
 	if err != nil {
 		return err
 	}
@@ -159,14 +162,15 @@ func (n *Node) start() error {
 }
 
 // openStores opens the Raft log and stable store (raft-boltdb with fsync
-// on, no freelist sync, the hashmap freelist) behind a log cache, and the
-// snapshot store keeping two snapshots.
-func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
-	var err error
-	n.store, err = openBolt(n.cfg.DataDir)
+// on, no freelist sync, the hashmap freelist; the state marker written
+// before its first write) behind a log cache, and the snapshot store
+// keeping two snapshots.
+func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error) {
+	bolt, err := openBolt(n.cfg.DataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft.db (is another node using %s?): %w", n.cfg.DataDir, err)
 	}
+	n.store = newMarkedStore(bolt, n.cfg.DataDir, marked)
 	logs, err := raft.NewLogCache(1024, n.store)
 	if err != nil {
 		return nil, nil, err
@@ -178,13 +182,10 @@ func (n *Node) openStores() (raft.LogStore, raft.SnapshotStore, error) {
 	return logs, snaps, nil
 }
 
-// openBolt opens dir's raft.db, the Raft log and stable store: fsync stays
-// on; the freelist is rebuilt at open instead of written at every commit.
+// openBolt opens dir's raft.db, the Raft log and stable store, with
+// boltOptions.
 func openBolt(dir string) (*raftboltdb.BoltStore, error) {
-	return raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
+	return raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile), BoltOptions: boltOptions()})
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed

@@ -1,0 +1,358 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc64"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// A node's data directory:
+//
+//	<data-dir>/
+//	  node-id      the node's ID (written once)
+//	  cluster-id   the cluster's ID, once the node has learned it
+//	  state        marker, written and synced before the first write to raft.db:
+//	               "this directory has held Raft state"
+//	  raft.db      Raft's log and stable store (term, vote), bbolt
+//	  snapshots/   Raft's snapshots, <term>-<index>-<ms>/{meta.json,state.bin}
+//
+// checkStorage runs before anything is opened. It refuses (StorageError)
+// a directory from which a node could serve an older state as current or
+// vote again in a term it voted in before: raft.db missing or empty after
+// the directory held state, corrupt bolt pages, a snapshot that fails its
+// checksum or whose metadata does not parse, a stored term behind the
+// newest snapshot's, a log whose older entries were compacted into
+// snapshots that are gone.
+const (
+	boltFile    = "raft.db"
+	markerFile  = "state"
+	clusterFile = "cluster-id"
+	snapDir     = "snapshots"
+	tmpSuffix   = ".tmp"
+)
+
+// keyCurrentTerm is hashicorp/raft's stable-store key of the current term.
+var keyCurrentTerm = []byte("CurrentTerm")
+
+// ErrStorage matches every StorageError.
+var ErrStorage = errors.New("storage lost or damaged")
+
+// StorageError refuses to start a node whose data directory cannot be
+// trusted. Path names the file at fault.
+type StorageError struct {
+	Path    string
+	Problem string
+}
+
+func (e *StorageError) Error() string {
+	return fmt.Sprintf("refusing to start: %s: %s. Starting from it could hand out acknowledged values again "+
+		"or vote twice in one term. To replace this node: remove it from the cluster through a live member "+
+		"(rangealloc cluster remove <id> --addr http://<member>), delete the data directory, and start it "+
+		"with --join <member's HTTP address>; a single-node cluster is restored from a backup instead "+
+		"(docs/OPERATIONS.md, \"A node refuses to start\")", e.Path, e.Problem)
+}
+
+// Is makes errors.Is(err, ErrStorage) hold.
+func (e *StorageError) Is(target error) bool { return target == ErrStorage }
+
+// storageState is what checkStorage learned of a data directory.
+type storageState struct {
+	marked   bool // the state marker exists
+	hasState bool // raft.db or the snapshots hold Raft state
+}
+
+// checkStorage inspects dir as described above, removing the temp files
+// of failed snapshots and restores on the way.
+func checkStorage(dir string, logger hclog.Logger) (storageState, error) {
+	var st storageState
+	removeTemps(dir, logger)
+	if _, err := os.Stat(filepath.Join(dir, markerFile)); err == nil {
+		st.marked = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("read %s: %w", markerFile, err)
+	}
+	snap, err := newestSnapshot(filepath.Join(dir, snapDir))
+	if err != nil {
+		return st, err
+	}
+	dbPath := filepath.Join(dir, boltFile)
+	fi, err := os.Stat(dbPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0):
+		what := "missing"
+		if err == nil {
+			what = "empty (0 bytes)"
+		}
+		if st.marked {
+			return st, &StorageError{Path: dbPath, Problem: what + ", but this data directory has held Raft state (marker " + markerFile + ")"}
+		}
+		if snap != nil {
+			return st, &StorageError{Path: dbPath, Problem: what + ", but snapshots exist (" + snap.path + ")"}
+		}
+		return st, nil
+	case err != nil:
+		return st, fmt.Errorf("stat %s: %w", dbPath, err)
+	}
+	if err := checkBolt(dbPath); err != nil {
+		return st, err
+	}
+	term, first, last, err := boltBounds(dbPath)
+	if err != nil {
+		return st, err
+	}
+	st.hasState = term > 0 || last > 0 || snap != nil
+	switch {
+	case st.marked && !st.hasState:
+		return st, &StorageError{Path: dbPath, Problem: "holds no Raft state, but this data directory did (marker " + markerFile + ")"}
+	case snap != nil && term < snap.Term:
+		return st, &StorageError{Path: dbPath, Problem: fmt.Sprintf(
+			"its current term %d is behind the newest snapshot's term %d (%s): the log store was lost or replaced by an older copy",
+			term, snap.Term, snap.path)}
+	case first > 1 && (snap == nil || snap.Index+1 < first):
+		newest := "none"
+		if snap != nil {
+			newest = fmt.Sprintf("%s, index %d", snap.path, snap.Index)
+		}
+		return st, &StorageError{Path: filepath.Join(dir, snapDir), Problem: fmt.Sprintf(
+			"the log starts at index %d, but no snapshot holds the entries before it (newest snapshot: %s)", first, newest)}
+	}
+	if st.hasState && !st.marked { // a directory from before the marker existed
+		if err := writeFileSync(filepath.Join(dir, markerFile), []byte(markerText)); err != nil {
+			return st, fmt.Errorf("write %s: %w", markerFile, err)
+		}
+		st.marked = true
+	}
+	return st, nil
+}
+
+const markerText = "this data directory has held Raft state; if raft.db is lost, the node refuses to start\n"
+
+// removeTemps removes what a crash can leave behind: snapshot directories
+// Raft never finished (<id>.tmp), which it would otherwise keep forever,
+// and restore uploads (restore-*.tmp).
+func removeTemps(dir string, logger hclog.Logger) {
+	for _, pattern := range []string{filepath.Join(dir, snapDir, "*"+tmpSuffix), filepath.Join(dir, "restore-*"+tmpSuffix)} {
+		matches, _ := filepath.Glob(pattern)
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				logger.Warn("could not remove a temp file", "path", m, "error", err)
+				continue
+			}
+			logger.Info("removed the temp file of an unfinished snapshot or restore", "path", m)
+		}
+	}
+}
+
+// snapInfo is the part of a snapshot's meta.json the checks need.
+type snapInfo struct {
+	ID    string
+	Index uint64
+	Term  uint64
+	CRC   []byte
+	path  string
+}
+
+// newestSnapshot returns the newest snapshot in dir (nil if none), after
+// checking that every snapshot's metadata parses (Raft silently skips one
+// that does not, and would start from an older state) and that the
+// newest one's state matches its checksum.
+func newestSnapshot(dir string) (*snapInfo, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	var snaps []*snapInfo
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), tmpSuffix) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name(), "meta.json")
+		b, err := os.ReadFile(path)
+		s := &snapInfo{path: filepath.Join(dir, e.Name())}
+		if err == nil {
+			err = json.Unmarshal(b, s)
+		}
+		if err != nil {
+			return nil, &StorageError{Path: path, Problem: "unreadable snapshot metadata: " + err.Error()}
+		}
+		snaps = append(snaps, s)
+	}
+	if len(snaps) == 0 {
+		return nil, nil
+	}
+	sort.Slice(snaps, func(i, j int) bool { // Raft's order: term, index, ID
+		a, b := snaps[i], snaps[j]
+		if a.Term != b.Term {
+			return a.Term > b.Term
+		}
+		if a.Index != b.Index {
+			return a.Index > b.Index
+		}
+		return a.ID > b.ID
+	})
+	newest := snaps[0]
+	state := filepath.Join(newest.path, "state.bin")
+	f, err := os.Open(state)
+	if err != nil {
+		return nil, &StorageError{Path: state, Problem: "unreadable snapshot: " + err.Error()}
+	}
+	defer f.Close()
+	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, &StorageError{Path: state, Problem: "unreadable snapshot: " + err.Error()}
+	}
+	if got := h.Sum(nil); string(got) != string(newest.CRC) {
+		return nil, &StorageError{Path: state, Problem: fmt.Sprintf("snapshot fails its checksum (CRC-64 %x, meta.json says %x)", got, newest.CRC)}
+	}
+	return newest, nil
+}
+
+// boltOptions are raft.db's options: fsync stays on; the freelist is
+// rebuilt at open instead of written at every commit.
+func boltOptions() *bbolt.Options {
+	return &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
+}
+
+// checkBolt checks raft.db's page tree (checkBoltPages: bbolt itself
+// panics on a damaged one), then runs bbolt's own consistency check.
+func checkBolt(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = checkBoltPages(f, fi.Size())
+		f.Close()
+		if err != nil {
+			return &StorageError{Path: path, Problem: "corrupt bolt file: " + err.Error()}
+		}
+	} else {
+		f.Close()
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	db, err := bbolt.Open(path, 0o600, boltOptions())
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("open %s: another process holds it (is another node using this data directory?)", path)
+	}
+	if err != nil {
+		return &StorageError{Path: path, Problem: "corrupt bolt file: " + err.Error()}
+	}
+	defer db.Close()
+	var problems []string
+	err = db.View(func(tx *bbolt.Tx) error {
+		for e := range tx.Check() {
+			if len(problems) < 3 {
+				problems = append(problems, e.Error())
+			}
+		}
+		return nil
+	})
+	if err == nil && len(problems) > 0 {
+		err = &StorageError{Path: path, Problem: "corrupt bolt file: " + strings.Join(problems, "; ")}
+	}
+	return err
+}
+
+// boltBounds reads the stored current term and the log's bounds.
+func boltBounds(path string) (term, first, last uint64, err error) {
+	s, err := openBolt(filepath.Dir(path))
+	if err != nil {
+		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot open: " + err.Error()}
+	}
+	defer s.Close()
+	term, err = s.GetUint64(keyCurrentTerm)
+	if err != nil && err.Error() != "not found" {
+		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot read the current term: " + err.Error()}
+	}
+	if first, err = s.FirstIndex(); err == nil {
+		last, err = s.LastIndex()
+	}
+	if err != nil {
+		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot read the log's bounds: " + err.Error()}
+	}
+	return term, first, last, nil
+}
+
+// markedStore is raft.db with the state marker written (and synced)
+// before its first write, so that a data directory that ever held a log
+// entry or a vote says so even after raft.db is gone.
+type markedStore struct {
+	*raftboltdb.BoltStore
+	once sync.Once
+	err  error
+	path string
+	done bool
+}
+
+var (
+	_ raft.LogStore    = (*markedStore)(nil)
+	_ raft.StableStore = (*markedStore)(nil)
+)
+
+func newMarkedStore(s *raftboltdb.BoltStore, dir string, marked bool) *markedStore {
+	return &markedStore{BoltStore: s, path: filepath.Join(dir, markerFile), done: marked}
+}
+
+func (m *markedStore) mark() error {
+	if m.done {
+		return nil
+	}
+	m.once.Do(func() { m.err = writeFileSync(m.path, []byte(markerText)) })
+	if m.err != nil {
+		return fmt.Errorf("write the state marker %s: %w", m.path, m.err)
+	}
+	return nil
+}
+
+// StoreLog marks, then stores.
+func (m *markedStore) StoreLog(l *raft.Log) error {
+	if err := m.mark(); err != nil {
+		return err
+	}
+	return m.BoltStore.StoreLog(l)
+}
+
+// StoreLogs marks, then stores.
+func (m *markedStore) StoreLogs(logs []*raft.Log) error {
+	if err := m.mark(); err != nil {
+		return err
+	}
+	return m.BoltStore.StoreLogs(logs)
+}
+
+// Set marks, then stores.
+func (m *markedStore) Set(k, v []byte) error {
+	if err := m.mark(); err != nil {
+		return err
+	}
+	return m.BoltStore.Set(k, v)
+}
+
+// SetUint64 marks, then stores. A zero needs no mark: Raft writes its
+// term 0 at start, and a missing key reads as zero.
+func (m *markedStore) SetUint64(k []byte, v uint64) error {
+	if v == 0 {
+		return m.BoltStore.SetUint64(k, v)
+	}
+	if err := m.mark(); err != nil {
+		return err
+	}
+	return m.BoltStore.SetUint64(k, v)
+}

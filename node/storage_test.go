@@ -1,0 +1,190 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// damagedDir returns the data directory of a single node that held state:
+// allocations in two terms, a snapshot taken in the second, and a log
+// compacted behind it. old is a copy of raft.db from the first term.
+func damagedDir(t *testing.T) (cfg Config, old []byte) {
+	t.Helper()
+	cfg = testConfig(t, t.TempDir())
+	cfg.TrailingLogs = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := openReady(t, cfg)
+	for i := 0; i < 5; i++ {
+		_, err := n.Allocate(ctx, "nodeport", "", fmt.Sprintf("first-%d", i), 0, "")
+		require.NoError(t, err)
+	}
+	require.NoError(t, n.Close())
+	old, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
+	require.NoError(t, err)
+	n = openReady(t, cfg) // a new term
+	for i := 0; i < 20; i++ {
+		_, err := n.Allocate(ctx, "nodeport", "", fmt.Sprintf("second-%d", i), 0, "")
+		require.NoError(t, err)
+	}
+	require.NoError(t, n.Snapshot())
+	require.NoError(t, n.Close())
+	return cfg, old
+}
+
+func snapshotDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, snapDir, "*-*-*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, m, "a snapshot was taken")
+	return m
+}
+
+func TestStorageDamageRefused(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, dir string, old []byte)
+		path   string // the file the refusal names
+		says   string
+	}{
+		{"raft.db truncated to 0 bytes", func(t *testing.T, dir string, _ []byte) {
+			require.NoError(t, os.Truncate(filepath.Join(dir, boltFile), 0))
+		}, boltFile, "empty (0 bytes), but this data directory has held Raft state"},
+		{"raft.db removed", func(t *testing.T, dir string, _ []byte) {
+			require.NoError(t, os.Remove(filepath.Join(dir, boltFile)))
+		}, boltFile, "missing, but this data directory has held Raft state"},
+		{"raft.db cut to half", func(t *testing.T, dir string, _ []byte) {
+			fi, err := os.Stat(filepath.Join(dir, boltFile))
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(filepath.Join(dir, boltFile), fi.Size()/2))
+		}, boltFile, "corrupt bolt file"},
+		{"raft.db replaced by an older copy", func(t *testing.T, dir string, old []byte) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, boltFile), old, 0o600))
+		}, boltFile, "behind the newest snapshot's term"},
+		{"raft.db and its marker removed, snapshots kept", func(t *testing.T, dir string, _ []byte) {
+			require.NoError(t, os.Remove(filepath.Join(dir, boltFile)))
+			require.NoError(t, os.Remove(filepath.Join(dir, markerFile)))
+		}, boltFile, "missing, but snapshots exist"},
+		{"a byte of the newest snapshot flipped", func(t *testing.T, dir string, _ []byte) {
+			snaps := snapshotDirs(t, dir)
+			state := filepath.Join(snaps[len(snaps)-1], "state.bin")
+			b, err := os.ReadFile(state)
+			require.NoError(t, err)
+			b[len(b)/2] ^= 0x40
+			require.NoError(t, os.WriteFile(state, b, 0o600))
+		}, "state.bin", "fails its checksum"},
+		{"snapshot metadata unreadable", func(t *testing.T, dir string, _ []byte) {
+			snaps := snapshotDirs(t, dir)
+			require.NoError(t, os.WriteFile(filepath.Join(snaps[0], "meta.json"), []byte("{"), 0o600))
+		}, "meta.json", "unreadable snapshot metadata"},
+		{"snapshots directory deleted", func(t *testing.T, dir string, _ []byte) {
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, snapDir)))
+		}, snapDir, "no snapshot holds the entries before it"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, old := damagedDir(t)
+			c.damage(t, cfg.DataDir, old)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			n, err := Open(ctx, cfg)
+			if err == nil {
+				n.Close()
+			}
+			require.ErrorIs(t, err, ErrStorage, "Open(%s) = %v, want a StorageError", c.name, err)
+			var se *StorageError
+			require.ErrorAs(t, err, &se)
+			assert.Contains(t, se.Path, c.path)
+			assert.Contains(t, se.Problem, c.says)
+			assert.Contains(t, err.Error(), "refusing to start")
+			assert.Contains(t, err.Error(), "--join", "the message gives the way out")
+		})
+	}
+}
+
+func TestStorageHealthyRestart(t *testing.T) {
+	cfg, _ := damagedDir(t)
+	// What a crash leaves behind: an unfinished snapshot and restore upload.
+	tmpSnap := filepath.Join(cfg.DataDir, snapDir, "9-99-123.tmp")
+	require.NoError(t, os.MkdirAll(tmpSnap, 0o755))
+	tmpRestore := filepath.Join(cfg.DataDir, "restore-42.tmp")
+	require.NoError(t, os.WriteFile(tmpRestore, []byte("x"), 0o600))
+	n := openReady(t, cfg)
+	got, _, err := n.List(context.Background(), Linearizable, "nodeport", "", "", 100)
+	require.NoError(t, err)
+	assert.Len(t, got, 25, "every allocation of both terms is there")
+	assert.NoDirExists(t, tmpSnap, "an unfinished snapshot is removed at start")
+	assert.NoFileExists(t, tmpRestore, "an unfinished restore upload is removed at start")
+}
+
+func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Join = []string{freeAddr(t)} // never answers: the node stays without state
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	assert.NoFileExists(t, filepath.Join(cfg.DataDir, markerFile), "no state, no marker")
+	require.NoError(t, n.Close())
+	n, err = Open(ctx, cfg) // a node that never held state starts again
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+
+	cfg = testConfig(t, t.TempDir())
+	openReady(t, cfg)
+	assert.FileExists(t, filepath.Join(cfg.DataDir, markerFile), "bootstrapping wrote state, and the marker before it")
+}
+
+// TestBoltPagesZeroed zeroes each page of a real raft.db in turn. Where
+// checkBoltPages finds nothing wrong, bbolt must open the file, pass its
+// own check and read every log entry without panicking (a panic on one of
+// bbolt's goroutines would kill this test binary, as it would a node).
+func TestBoltPagesZeroed(t *testing.T) {
+	cfg, _ := damagedDir(t)
+	orig, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
+	require.NoError(t, err)
+	ps := os.Getpagesize()
+	pages := len(orig) / ps
+	require.Greater(t, pages, 4)
+	caught := 0
+	for p := 0; p < pages; p++ {
+		b := append([]byte(nil), orig...)
+		clear(b[p*ps : (p+1)*ps])
+		dir := t.TempDir()
+		path := filepath.Join(dir, boltFile)
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		if err := checkBolt(path); err != nil {
+			require.ErrorIs(t, err, ErrStorage, "page %d", p)
+			caught++
+			continue
+		}
+		s, err := openBolt(dir)
+		require.NoError(t, err, "page %d: passed the check, so bolt opens it", p)
+		first, _ := s.FirstIndex()
+		last, _ := s.LastIndex()
+		for i := first; i <= last && i > 0; i++ {
+			var l raft.Log
+			require.NoError(t, s.GetLog(i, &l), "page %d: log %d", p, i)
+		}
+		require.NoError(t, s.Close())
+	}
+	t.Logf("%d of %d zeroed pages refused; the others were free or one meta page of two", caught, pages)
+	assert.Greater(t, caught, 0)
+}
+
+func FuzzCheckBoltPages(f *testing.F) {
+	f.Add(make([]byte, 8192))
+	f.Add([]byte("not a bolt file"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = checkBoltPages(bytes.NewReader(b), int64(len(b))) // must not panic
+	})
+}
