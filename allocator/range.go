@@ -258,3 +258,18 @@ func (r *PortRange) notInRange(value string) error {
 
 // Value returns the port at offset off.
 func (r *PortRange) Value(off int) string { return strconv.Itoa(r.first + off) }
+
+// Overlaps reports whether two ranges share a value: IP ranges of one
+// family whose prefixes intersect, or port ranges that intersect. Ranges
+// of different kinds or families never overlap.
+func Overlaps(a, b Range) bool {
+	switch x := a.(type) {
+	case *IPRange:
+		y, ok := b.(*IPRange)
+		return ok && x.prefix.Overlaps(y.prefix)
+	case *PortRange:
+		y, ok := b.(*PortRange)
+		return ok && x.first <= y.last && y.first <= x.last
+	}
+	return false
+}

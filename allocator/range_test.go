@@ -160,3 +160,33 @@ func TestIPv4MappedAddressInIPv4Range(t *testing.T) {
 	assert.Equal(t, 6, off)
 	assert.Equal(t, "10.96.0.7", r.Value(off))
 }
+
+func TestOverlaps(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"10.96.0.0/12", "10.96.0.0/16", true},
+		{"10.96.0.0/16", "10.96.0.0/12", true},
+		{"10.96.0.0/24", "10.96.0.0/24", true},
+		{"10.96.0.0/24", "10.96.1.0/24", false},
+		{"10.96.0.0/12", "10.112.0.0/12", false},
+		{"fd00::/112", "fd00::/120", true},
+		{"fd00::/112", "fd00::1:0/112", false},
+		{"10.96.0.0/12", "fd00::/112", false},
+		{"30000-32767", "32767-40000", true},
+		{"30000-32767", "29000-30000", true},
+		{"30000-32767", "31000-31010", true},
+		{"30000-32767", "32768-40000", false},
+		{"30000-32767", "1-29999", false},
+		{"30000", "30000", true},
+		{"30000-32767", "10.96.0.0/12", false},
+	}
+	for _, c := range cases {
+		a, err := ParseRange(c.a)
+		require.NoError(t, err)
+		b, err := ParseRange(c.b)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, Overlaps(a, b), "Overlaps(%s, %s)", c.a, c.b)
+	}
+}

@@ -76,7 +76,10 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 			status = http.StatusInternalServerError
 		}
 		body = ErrorDetail{Code: string(fe.Code), Message: fe.Message}
-		if fe.Owner != "" {
+		switch {
+		case fe.Code == fsm.CodePoolOverlap:
+			body.Details = map[string]any{"pool": fe.Owner}
+		case fe.Owner != "":
 			body.Details = map[string]any{"owner": fe.Owner}
 		}
 		if withOp && fe.Op >= 0 {

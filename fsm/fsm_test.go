@@ -543,3 +543,40 @@ func TestBodySize(t *testing.T) {
 		assert.LessOrEqual(t, len(e.b), bodySize(r), "kind %d", r.Kind)
 	}
 }
+
+func TestPoolOverlap(t *testing.T) {
+	h := newHarness(t)
+	h.pool("a", "10.96.0.0/16")
+	h.pool("b", "30000-32767")
+	h.pool("c", "fd00::/112")
+	h.pool("a2", "10.98.0.0/16")
+	cases := []struct {
+		name, rng string
+		other     string // the overlapping pool named, "" for none
+	}{
+		{"x", "10.96.0.0/12", "a"}, // a bigger range around a and a2: the first by name
+		{"x", "10.96.0.0/24", "a"},
+		{"x", "10.96.255.0/24", "a"},
+		{"x", "10.98.0.0/12", "a"},
+		{"x", "32000-33000", "b"},
+		{"x", "29000-30000", "b"},
+		{"x", "fd00::/120", "c"},
+		{"b", "30000-32767", ""}, // the same pool again is no overlap
+		{"x", "10.97.0.0/16", ""},
+		{"y", "32768-32999", ""},
+		{"z", "fd00::1:0/112", ""},
+	}
+	for _, c := range cases {
+		before := len(h.f.Pools())
+		res := h.one(&Request{Kind: KindCreatePool, Pool: c.name, Range: c.rng})
+		if c.other == "" {
+			assert.Nil(t, res.Err, "create %s %s", c.name, c.rng)
+			continue
+		}
+		require.NotNil(t, res.Err, "create %s %s", c.name, c.rng)
+		assert.Equal(t, CodePoolOverlap, res.Err.Code)
+		assert.Equal(t, c.other, res.Err.Owner, "create %s %s names the pool it overlaps", c.name, c.rng)
+		assert.Contains(t, res.Err.Message, c.other)
+		assert.Len(t, h.f.Pools(), before, "a refused pool changes nothing")
+	}
+}

@@ -31,7 +31,8 @@ const (
 // Error is a domain failure decided by the state machine: a definite
 // answer, the same on every replica. Op is the index of the failing
 // operation of a transaction (-1 when not about one operation); Owner is the
-// current holder for AlreadyAllocated and OwnerMismatch.
+// current holder of what was asked for: the value's owner for
+// AlreadyAllocated and OwnerMismatch, the overlapping pool for PoolOverlap.
 type Error struct {
 	Code    Code
 	Message string

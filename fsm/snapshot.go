@@ -41,12 +41,7 @@ func (s *state) Release() {}
 // export converts the state to the snapshot package's plain types.
 func (s *state) export() *snapshot.State {
 	out := &snapshot.State{Index: s.index, Term: s.term}
-	names := make([]string, 0, len(s.pools))
-	for name := range s.pools {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range s.poolNames() {
 		p := s.pools[name]
 		rng, data := p.p.Snapshot()
 		sp := snapshot.Pool{Name: name, Range: rng, Data: data,

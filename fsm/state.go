@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"fmt"
+	"sort"
+
 	"github.com/rangealloc/rangealloc/allocator"
 )
 
@@ -85,8 +88,24 @@ func (s *state) createPool(name, rng string) *Result {
 		}
 		return &Result{Err: errorf(CodePoolExists, "pool %q exists with range %s", name, p.p.Range())}
 	}
+	for _, other := range s.poolNames() { // in name order: the answer names the same pool on every replica
+		if o := s.pools[other].p.Range(); allocator.Overlaps(r, o) {
+			return &Result{Err: &Error{Code: CodePoolOverlap, Op: -1, Owner: other,
+				Message: fmt.Sprintf("range %s overlaps pool %q (%s): a value in both would have two owners", r, other, o)}}
+		}
+	}
 	s.pools[name] = &pool{name: name, p: allocator.NewPool(r)}
 	return &Result{Created: true}
+}
+
+// poolNames returns the pool names, sorted.
+func (s *state) poolNames() []string {
+	names := make([]string, 0, len(s.pools))
+	for name := range s.pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func (s *state) deletePool(name string) *Result {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
 )
 
@@ -135,10 +136,22 @@ func (c *Config) Validate() error {
 		}
 		seen[p.ID] = true
 	}
+	var ranges []allocator.Range
 	for _, p := range c.Pools {
 		if err := fsm.ValidatePoolName(p.Name); err != nil {
 			errs = append(errs, err)
 		}
+		r, err := allocator.ParseRange(p.Range)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool %q: %w", p.Name, err))
+			continue
+		}
+		for i, o := range ranges {
+			if allocator.Overlaps(r, o) {
+				errs = append(errs, fmt.Errorf("pools %q (%s) and %q (%s) overlap", c.Pools[i].Name, o, p.Name, r))
+			}
+		}
+		ranges = append(ranges, r)
 	}
 	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 || c.LeaderLeaseTimeout <= 0 || c.CommitTimeout <= 0 {
 		errs = append(errs, errors.New("Raft timeouts must be positive (start from DefaultConfig)"))

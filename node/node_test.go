@@ -96,6 +96,11 @@ func TestConfigValidate(t *testing.T) {
 		{"peers and join", func(c *Config) { c.Peers = []Peer{{ID: "a", RaftAddr: "x"}}; c.Join = []string{"y"} }, "exclude"},
 		{"duplicate peer", func(c *Config) { c.Peers = []Peer{{ID: "a", RaftAddr: "x"}, {ID: "a", RaftAddr: "y"}} }, "twice"},
 		{"bad pool name", func(c *Config) { c.Pools = []PoolSpec{{Name: "Bad", Range: "1-2"}} }, "invalid pool name"},
+		{"pool range too large", func(c *Config) { c.Pools = []PoolSpec{{Name: "ip", Range: "10.96.0.0/8"}} }, `pool "ip": `},
+		{"pool range backwards", func(c *Config) { c.Pools = []PoolSpec{{Name: "np", Range: "30000-20000"}} }, `pool "np": `},
+		{"pools overlap", func(c *Config) {
+			c.Pools = []PoolSpec{{Name: "a", Range: "10.96.0.0/16"}, {Name: "b", Range: "10.96.0.0/24"}}
+		}, `pools "a" (10.96.0.0/16) and "b" (10.96.0.0/24) overlap`},
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
 		{"zero batch", func(c *Config) { c.MaxBatch = 0 }, "MaxBatch"},
 		{"negative batch wait", func(c *Config) { c.BatchWait = -time.Millisecond }, "BatchWait is -1ms"},

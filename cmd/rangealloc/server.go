@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/node"
@@ -97,6 +98,9 @@ func (f *serverFlags) pools() ([]node.PoolSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--service-cidr %q: %v", c, err)
 		}
+		if _, err := allocator.ParseRange(c); err != nil {
+			return nil, fmt.Errorf("--service-cidr %q: %v", c, err)
+		}
 		name := "clusterip-ipv4"
 		if p.Addr().Is6() {
 			name = "clusterip-ipv6"
@@ -109,6 +113,10 @@ func (f *serverFlags) pools() ([]node.PoolSpec, error) {
 		out = append(out, node.PoolSpec{Name: name, Range: c})
 	}
 	if f.nodePortRange != "" {
+		r, err := allocator.ParseRange(f.nodePortRange)
+		if err != nil || r.Kind() != allocator.KindPort {
+			return nil, fmt.Errorf("--node-port-range %q: want first-last with 1 <= first <= last <= 65535, such as 30000-32767", f.nodePortRange)
+		}
 		out = append(out, node.PoolSpec{Name: "nodeport", Range: f.nodePortRange})
 	}
 	return out, nil
