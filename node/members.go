@@ -115,13 +115,22 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 	if err := f.Error(); err != nil {
 		return err
 	}
-	inConfig := false
+	inConfig, voter, voters := false, false, 0
 	for _, s := range f.Configuration().Servers {
-		inConfig = inConfig || string(s.ID) == id
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+		if string(s.ID) == id {
+			inConfig, voter = true, s.Suffrage == raft.Voter
+		}
 	}
 	_, inTable := n.fsm.Member(id)
-	if !inConfig && !inTable {
+	switch {
+	case !inConfig && !inTable:
 		return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
+	case voter && voters == 1:
+		return &fsm.Error{Code: fsm.CodeLastVoter, Op: -1, Message: fmt.Sprintf(
+			"member %q is the cluster's only voter: removing it would leave no one to commit anything", id)}
 	}
 	// The row goes first, while this node surely leads: removing the
 	// leader itself from Raft makes it step down, and the row would then
@@ -148,19 +157,36 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 // up-to-date follower when id is "".
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	return n.onLeader(ctx, "Transfer", id, nil, func() error {
-		if id == "" {
-			return n.raft.LeadershipTransfer().Error()
+		if id == n.id {
+			return nil // it leads already
 		}
 		f := n.raft.GetConfiguration()
 		if err := f.Error(); err != nil {
 			return err
 		}
+		others := 0
 		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == id {
-				return n.raft.LeadershipTransferToServer(s.ID, s.Address).Error()
+			if s.ID == raft.ServerID(n.id) {
+				continue
 			}
+			if s.Suffrage == raft.Voter {
+				others++
+			}
+			if string(s.ID) != id {
+				continue
+			}
+			if s.Suffrage != raft.Voter {
+				return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf("member %q is not a voter: only a voter can lead", id)}
+			}
+			return n.raft.LeadershipTransferToServer(s.ID, s.Address).Error()
 		}
-		return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
+		if id != "" {
+			return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
+		}
+		if others == 0 {
+			return &fsm.Error{Code: fsm.CodeLastVoter, Op: -1, Message: "no other voter to hand leadership to"}
+		}
+		return n.raft.LeadershipTransfer().Error()
 	})
 }
 
