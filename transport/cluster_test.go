@@ -140,7 +140,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	c.faults.SetTimeout(faultTimeout)
 	var servers []raft.Server
 	for i := range n {
-		m, err := Listen("127.0.0.1:0", nil, logger)
+		m, err := Listen("127.0.0.1:0", nil, Options{Logger: logger})
 		require.NoError(t, err)
 		nd := &testNode{id: raft.ServerID(fmt.Sprintf("n%d", i)), addr: raft.ServerAddress(m.Addr().String()), mux: m, fsm: &testFSM{}}
 		c.nodes = append(c.nodes, nd)

@@ -54,39 +54,16 @@ func (l *logical) close() { l.closeOnce.Do(func() { close(l.closed) }) }
 func (l *logical) Addr() net.Addr { return l.addr }
 
 // raftLayer is the raft.StreamLayer of a Mux.
-type raftLayer struct{ *logical }
+type raftLayer struct {
+	*logical
+	m *Mux
+}
 
 var _ raft.StreamLayer = (*raftLayer)(nil)
 
-// Dial connects to the Raft protocol of the Mux at addr.
+// Dial connects to the Raft protocol of the Mux at addr and shakes hands.
 func (l *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return dial(string(addr), timeout, ProtoRaft)
-}
-
-// DialRPC connects to the forwarding RPC of the Mux at addr: it dials and
-// writes ProtoRPC, both within timeout (zero: no timeout).
-func DialRPC(addr string, timeout time.Duration) (net.Conn, error) {
-	return dial(addr, timeout, ProtoRPC)
-}
-
-func dial(addr string, timeout time.Duration, proto byte) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	if timeout > 0 {
-		if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-	}
-	if _, err := conn.Write([]byte{proto}); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("transport: name protocol %q to %s: %w", proto, addr, err)
-	}
-	if err := conn.SetWriteDeadline(time.Time{}); err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	return conn, nil
+	return l.m.dial(string(addr), timeout, ProtoRaft, func(addr string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, timeout)
+	}, l.m.clusterID())
 }

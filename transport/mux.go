@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,14 +34,19 @@ const (
 )
 
 // Mux accepts TCP connections on one address and hands each to the
-// protocol named by its first byte: ProtoRaft to Raft(), ProtoRPC to RPC().
-// A connection that names no known protocol within the handshake timeout is
-// closed and logged.
+// protocol named by its first byte: ProtoRaft to Raft(), ProtoRPC to RPC(),
+// once the connection has passed the handshake (handshake.go). A
+// connection that names no known protocol, or fails the handshake, within
+// the handshake timeout is closed and logged. Raft connections are closed
+// too until OpenRaft, if the Mux was opened with RaftClosed.
 type Mux struct {
 	ln        net.Listener
 	advertise net.Addr
 	logger    hclog.Logger
 	handshake time.Duration
+	clusterID func() string
+	dialRPC   func(addr string, timeout time.Duration) (net.Conn, error)
+	raftOpen  atomic.Bool
 	raft      *logical
 	rpc       *logical
 
@@ -55,19 +61,46 @@ type Mux struct {
 	naming  map[net.Conn]struct{} // accepted connections still naming their protocol
 }
 
+// Options configure a Mux; the zero value is usable.
+type Options struct {
+	// Logger receives the Mux's logs; nil discards.
+	Logger hclog.Logger
+	// HandshakeTimeout bounds the protocol byte and the handshake, of an
+	// accepted connection and of a dial. Zero: DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// ClusterID returns the ID of this node's cluster, or "" while it has
+	// none; the handshake carries it. Nil: always "".
+	ClusterID func() string
+	// DialRPC opens the TCP connection of a forwarding-RPC dial, on which
+	// the Mux then writes the protocol byte and the handshake. Nil:
+	// net.DialTimeout. Tests inject faults with it.
+	DialRPC func(addr string, timeout time.Duration) (net.Conn, error)
+	// RaftClosed makes the Mux close Raft connections until OpenRaft: a
+	// node that has not yet joined or founded a cluster must not take part
+	// in one.
+	RaftClosed bool
+}
+
 // Listen listens for TCP on bindAddr. advertise is the address other nodes
 // dial to reach this one: nil means the listener's own address, and a
 // *net.TCPAddr with port 0 takes the port the listener got. An advertise
 // address without a specific IP (0.0.0.0, ::, empty) cannot be dialed and
 // fails with ErrUnspecifiedAdvertise; so does binding to one with a nil
-// advertise. A nil logger discards.
-func Listen(bindAddr string, advertise net.Addr, logger hclog.Logger) (*Mux, error) {
-	return listen(bindAddr, advertise, logger, DefaultHandshakeTimeout)
-}
-
-func listen(bindAddr string, advertise net.Addr, logger hclog.Logger, handshake time.Duration) (*Mux, error) {
-	if logger == nil {
-		logger = hclog.NewNullLogger()
+// advertise.
+func Listen(bindAddr string, advertise net.Addr, opts Options) (*Mux, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.ClusterID == nil {
+		opts.ClusterID = func() string { return "" }
+	}
+	if opts.DialRPC == nil {
+		opts.DialRPC = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		}
 	}
 	ln, err := net.Listen("tcp", bindAddr)
 	if err != nil {
@@ -81,17 +114,23 @@ func listen(bindAddr string, advertise net.Addr, logger hclog.Logger, handshake 
 	m := &Mux{
 		ln:        ln,
 		advertise: adv,
-		logger:    logger.Named("mux"),
-		handshake: handshake,
+		logger:    opts.Logger.Named("mux"),
+		handshake: opts.HandshakeTimeout,
+		clusterID: opts.ClusterID,
+		dialRPC:   opts.DialRPC,
 		closed:    make(chan struct{}),
 		naming:    map[net.Conn]struct{}{},
 	}
+	m.raftOpen.Store(!opts.RaftClosed)
 	m.raft = newLogical(adv)
 	m.rpc = newLogical(adv)
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
 }
+
+// OpenRaft lets Raft connections through (see Options.RaftClosed).
+func (m *Mux) OpenRaft() { m.raftOpen.Store(true) }
 
 // advertised returns the address to advertise for a listener bound at
 // bound, or ErrUnspecifiedAdvertise.
@@ -169,26 +208,38 @@ func (m *Mux) unregister(conn net.Conn) {
 	delete(m.naming, conn)
 }
 
-// route reads the protocol byte of conn and hands conn to that protocol's
-// listener, or closes it.
+// route reads the protocol byte of conn, runs the handshake, and hands
+// conn to that protocol's listener, or closes it.
 func (m *Mux) route(conn net.Conn) {
 	defer m.wg.Done()
-	proto, err := m.readProto(conn)
-	m.unregister(conn)
-	if err != nil {
-		m.reject(conn, err)
-		return
-	}
+	deadline := time.Now().Add(m.handshake)
+	proto, err := m.readProto(conn, deadline)
 	var l *logical
-	switch proto {
-	case ProtoRaft:
+	switch {
+	case err != nil:
+	case proto == ProtoRaft:
 		l = m.raft
-	case ProtoRPC:
+		if !m.raftOpen.Load() {
+			m.unregister(conn)
+			m.logger.Debug("closing a Raft connection: this node has not joined or founded a cluster yet", "remote", conn.RemoteAddr())
+			_ = conn.Close()
+			return
+		}
+	case proto == ProtoRPC:
 		l = m.rpc
 	default:
+		m.unregister(conn)
 		m.logger.Warn("closing connection with an unknown protocol byte",
 			"remote", conn.RemoteAddr(), "byte", fmt.Sprintf("%#02x", proto))
 		_ = conn.Close()
+		return
+	}
+	if err == nil {
+		err = acceptHello(conn, deadline, m.clusterID())
+	}
+	m.unregister(conn)
+	if err != nil {
+		m.reject(conn, err)
 		return
 	}
 	select {
@@ -201,38 +252,87 @@ func (m *Mux) route(conn net.Conn) {
 	}
 }
 
-func (m *Mux) readProto(conn net.Conn) (byte, error) {
+func (m *Mux) readProto(conn net.Conn, deadline time.Time) (byte, error) {
 	var b [1]byte
-	if err := conn.SetReadDeadline(time.Now().Add(m.handshake)); err != nil {
+	if err := conn.SetReadDeadline(deadline); err != nil {
 		return 0, err
 	}
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
 		return 0, err
 	}
-	return b[0], conn.SetReadDeadline(time.Time{})
+	return b[0], nil
 }
 
-// reject closes a connection that named no protocol, logging why.
+// reject closes a connection that named no protocol or failed the
+// handshake, logging why.
 func (m *Mux) reject(conn net.Conn, err error) {
 	_ = conn.Close()
+	var ne net.Error
 	switch {
 	case m.isClosed():
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		m.logger.Warn("closing connection that named no protocol in time",
+		m.logger.Warn("closing connection that did not name its protocol and shake hands in time",
 			"remote", conn.RemoteAddr(), "timeout", m.handshake)
-	default: // closed by the peer: port scanners, health checks
-		m.logger.Debug("connection closed before naming its protocol", "remote", conn.RemoteAddr(), "error", err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
+		// closed by the peer: port scanners, health checks
+		m.logger.Debug("connection closed before its handshake ended", "remote", conn.RemoteAddr(), "error", err)
+	default:
+		m.logger.Warn("closing connection: handshake refused", "remote", conn.RemoteAddr(), "reason", err)
 	}
 }
 
 // Raft returns the stream layer for raft.NetworkTransport: Accept yields
-// the connections that named ProtoRaft, Dial writes ProtoRaft, Addr is the
-// advertised address. Its Close stops Raft's listener only.
-func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{logical: m.raft} }
+// the connections that named ProtoRaft and passed the handshake, Dial
+// writes ProtoRaft and shakes hands, Addr is the advertised address. Its
+// Close stops Raft's listener only.
+func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{logical: m.raft, m: m} }
 
 // RPC returns the listener of the node's forwarding RPC: the connections
-// that named ProtoRPC. Its Close stops this listener only.
+// that named ProtoRPC and passed the handshake. Its Close stops this
+// listener only.
 func (m *Mux) RPC() net.Listener { return m.rpc }
+
+// DialRPC connects to the forwarding RPC of the Mux at addr: it dials
+// (Options.DialRPC), writes ProtoRPC and shakes hands, all within timeout
+// (zero: no timeout).
+func (m *Mux) DialRPC(addr string, timeout time.Duration) (net.Conn, error) {
+	return m.dial(addr, timeout, ProtoRPC, m.dialRPC, m.clusterID())
+}
+
+// DialProbe is DialRPC for a connection that only asks a node what it is:
+// it names no cluster in the handshake, so it reaches a node of any
+// cluster (a leader must learn that a node asked to join belongs to
+// another one).
+func (m *Mux) DialProbe(addr string, timeout time.Duration) (net.Conn, error) {
+	return m.dial(addr, timeout, ProtoRPC, m.dialRPC, "")
+}
+
+func (m *Mux) dial(addr string, timeout time.Duration, proto byte, dial func(string, time.Duration) (net.Conn, error), clusterID string) (net.Conn, error) {
+	conn, err := dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if err := conn.SetWriteDeadline(deadline); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	if _, err := conn.Write([]byte{proto}); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("transport: name protocol %q to %s: %w", proto, addr, err)
+	}
+	if err := dialHello(conn, deadline, clusterID); err != nil {
+		_ = conn.Close()
+		if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			m.logger.Warn("closing connection: handshake refused", "remote", addr, "reason", err)
+		}
+		return nil, fmt.Errorf("%w with %s: %w", ErrHandshake, addr, err)
+	}
+	return conn, nil
+}
 
 // Addr returns the advertised address.
 func (m *Mux) Addr() net.Addr { return m.advertise }

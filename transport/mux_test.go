@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,9 +48,15 @@ func packageGoroutines() []string {
 	return out
 }
 
+// dialRPC dials the forwarding RPC as a node without a cluster would.
+func dialRPC(addr string, timeout time.Duration) (net.Conn, error) {
+	return (&Mux{logger: hclog.NewNullLogger(), clusterID: func() string { return "" },
+		dialRPC: func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) }}).DialRPC(addr, timeout)
+}
+
 func listenT(t *testing.T, handshake time.Duration) *Mux {
 	t.Helper()
-	m, err := listen("127.0.0.1:0", nil, nil, handshake)
+	m, err := Listen("127.0.0.1:0", nil, Options{HandshakeTimeout: handshake})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
 	return m
@@ -104,7 +111,7 @@ func TestMuxRoutesByFirstByte(t *testing.T) {
 		want, skip <-chan net.Conn
 	}{
 		{"raft", func() (net.Conn, error) { return m.Raft().Dial(raft.ServerAddress(addr), time.Second) }, raftConns, rpcConns},
-		{"rpc", func() (net.Conn, error) { return DialRPC(addr, time.Second) }, rpcConns, raftConns},
+		{"rpc", func() (net.Conn, error) { return dialRPC(addr, time.Second) }, rpcConns, raftConns},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +164,7 @@ func TestMuxRejects(t *testing.T) {
 	assert.Nil(t, next(t, raftConns, 50*time.Millisecond), "no rejected connection reached Raft")
 	assert.Nil(t, next(t, rpcConns, 50*time.Millisecond), "no rejected connection reached the RPC")
 
-	c, err := DialRPC(m.Addr().String(), time.Second)
+	c, err := dialRPC(m.Addr().String(), time.Second)
 	require.NoError(t, err, "the Mux still serves after rejecting")
 	defer c.Close()
 	assert.NotNil(t, next(t, rpcConns, 2*time.Second))
@@ -165,7 +172,7 @@ func TestMuxRejects(t *testing.T) {
 
 func TestMuxClose(t *testing.T) {
 	noLeak(t)
-	m, err := Listen("127.0.0.1:0", nil, nil)
+	m, err := Listen("127.0.0.1:0", nil, Options{})
 	require.NoError(t, err)
 	errs := make(chan error, 2)
 	for _, l := range []net.Listener{m.Raft(), m.RPC()} {
@@ -198,7 +205,7 @@ func TestMuxClose(t *testing.T) {
 	_, err = m.Raft().Accept()
 	assert.ErrorIs(t, err, net.ErrClosed, "Accept after Close")
 	assert.NoError(t, m.Close(), "Close twice")
-	_, err = DialRPC(m.Addr().String(), time.Second)
+	_, err = dialRPC(m.Addr().String(), time.Second)
 	assert.Error(t, err, "nothing listens after Close")
 }
 
@@ -214,7 +221,7 @@ func TestMuxCloseOneProtocol(t *testing.T) {
 	defer rc.Close()
 	assertClosedByPeer(t, rc)
 
-	c, err := DialRPC(m.Addr().String(), time.Second)
+	c, err := dialRPC(m.Addr().String(), time.Second)
 	require.NoError(t, err)
 	defer c.Close()
 	assert.NotNil(t, next(t, acceptor(t, m.RPC()), 2*time.Second), "the RPC protocol outlives Raft's listener")
@@ -245,7 +252,7 @@ func TestListenAdvertise(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := Listen(tt.bind, tt.advertise, nil)
+			m, err := Listen(tt.bind, tt.advertise, Options{})
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				return
@@ -271,6 +278,6 @@ func TestDialFails(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
-	_, err = DialRPC(addr, time.Second)
+	_, err = dialRPC(addr, time.Second)
 	assert.Error(t, err, "DialRPC(%q) to nothing", addr)
 }
