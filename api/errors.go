@@ -37,6 +37,7 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodePoolOverlap:          http.StatusConflict,
 	fsm.CodeNodeNotEmpty:         http.StatusConflict,
 	fsm.CodeLastVoter:            http.StatusConflict,
+	fsm.CodeMemberDataLost:       http.StatusConflict,
 	fsm.CodeNotInRange:           http.StatusUnprocessableEntity,
 	fsm.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 }
@@ -77,6 +78,8 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 		}
 		body = ErrorDetail{Code: string(fe.Code), Message: fe.Message}
 		switch {
+		case fe.Node != nil:
+			body.Details = map[string]any{"clusterId": fe.Node.ClusterID, "lastIndex": fe.Node.LastIndex}
 		case fe.Code == fsm.CodePoolOverlap:
 			body.Details = map[string]any{"pool": fe.Owner}
 		case fe.Owner != "":

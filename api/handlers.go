@@ -223,7 +223,7 @@ func (srv *Server) cluster(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := ClusterStatus{ID: st.ID, Leader: ClusterLeader{ID: st.LeaderID, APIAddr: st.LeaderAPI}, Term: st.Term,
+	out := ClusterStatus{ID: st.ID, ClusterID: st.ClusterID, Leader: ClusterLeader{ID: st.LeaderID, APIAddr: st.LeaderAPI}, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: []ClusterMember{}}
 	for _, m := range st.Members {
 		out.Members = append(out.Members, ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
@@ -300,8 +300,8 @@ func (srv *Server) restore(w http.ResponseWriter, r *http.Request) {
 }
 
 func (srv *Server) ready(w http.ResponseWriter, _ *http.Request) {
-	if ok, reason := srv.s.Ready(); !ok {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
+	if r := srv.s.Readiness(); !r.Ready {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": r.Reason, "detail": r.Detail})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

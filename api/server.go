@@ -46,7 +46,7 @@ type Store interface {
 	Pools(ctx context.Context, c node.Consistency) ([]node.PoolStatus, error)
 	RangeAllocation(ctx context.Context, c node.Consistency, pool string) (string, []byte, error)
 	Cluster() (node.ClusterStatus, error)
-	Ready() (bool, string)
+	Readiness() node.Readiness
 	AddMember(ctx context.Context, m fsm.Member) error
 	RemoveMember(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error

@@ -111,6 +111,7 @@ type ClusterMember struct {
 // ClusterStatus is the answer of GET /v1/cluster; ID is the answering node's.
 type ClusterStatus struct {
 	ID           string          `json:"id"`
+	ClusterID    string          `json:"clusterId"`
 	Leader       ClusterLeader   `json:"leader"`
 	Term         uint64          `json:"term"`
 	CommitIndex  uint64          `json:"commitIndex"`

@@ -27,6 +27,9 @@ const (
 	KindDeletePool   Kind = 3
 	KindSetMember    Kind = 4
 	KindRemoveMember Kind = 5
+	// KindSetClusterID records the cluster's ID; only the first one
+	// applied counts (see state.setClusterID).
+	KindSetClusterID Kind = 6
 )
 
 func (k Kind) String() string {
@@ -41,6 +44,8 @@ func (k Kind) String() string {
 		return "set-member"
 	case KindRemoveMember:
 		return "remove-member"
+	case KindSetClusterID:
+		return "set-cluster-id"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -65,6 +70,7 @@ const (
 	MaxRangeLen   = 64
 	MaxMemberID   = 128
 	MaxAddressLen = 256
+	MaxClusterID  = 64
 	maxRequests   = 1 << 16 // requests in one batch entry
 	// maxField bounds any string the decoder reads. It only keeps a corrupt
 	// length from allocating; the limits above are checked by Apply, which
@@ -101,6 +107,8 @@ type Request struct {
 	Range string // KindCreatePool
 
 	Member Member // KindSetMember; KindRemoveMember uses Member.ID
+
+	ClusterID string // KindSetClusterID: drawn by the proposer
 }
 
 // Member is a row of the replicated member table.
@@ -133,7 +141,7 @@ func EncodeBatch(reqs []*Request) []byte {
 // dozen times).
 func bodySize(r *Request) int {
 	const v = binary.MaxVarintLen64
-	n := v + 3*v + len(r.Pool) + len(r.Range) + len(r.Member.ID) + len(r.Member.RaftAddr) + len(r.Member.APIAddr)
+	n := v + 4*v + len(r.Pool) + len(r.Range) + len(r.Member.ID) + len(r.Member.RaftAddr) + len(r.Member.APIAddr) + len(r.ClusterID)
 	for _, op := range r.Ops {
 		n += 1 + 4*v + len(op.Pool) + len(op.Value) + len(op.Owner)
 	}
@@ -164,6 +172,8 @@ func encodeBody(e *encoder, r *Request) {
 		e.str(r.Member.APIAddr)
 	case KindRemoveMember:
 		e.str(r.Member.ID)
+	case KindSetClusterID:
+		e.str(r.ClusterID)
 	}
 }
 
@@ -209,6 +219,8 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 			r.Member = Member{ID: d.str(maxField), RaftAddr: d.str(maxField), APIAddr: d.str(maxField)}
 		case KindRemoveMember:
 			r.Member.ID = d.str(maxField)
+		case KindSetClusterID:
+			r.ClusterID = d.str(maxField)
 		default:
 			d.fail("request %d: unknown kind %d", i, r.Kind)
 		}

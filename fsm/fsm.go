@@ -17,6 +17,9 @@ type FSM struct {
 	// onApply, when set, is called with each batch's size and its results
 	// after the batch is applied, outside the lock (for metrics).
 	onApply func(entries int, results []*Result)
+	// onCluster, when set, is called with the cluster ID when the state
+	// learns it (from an entry or a snapshot), outside the lock.
+	onCluster func(id string)
 
 	mu sync.RWMutex
 	// mu guards the following
@@ -41,6 +44,19 @@ func New(logger hclog.Logger) *FSM {
 // OnApply registers fn to be called after every applied batch, outside the
 // state lock. Call it before the FSM is handed to Raft.
 func (f *FSM) OnApply(fn func(entries int, results []*Result)) { f.onApply = fn }
+
+// OnClusterID registers fn to be called, outside the state lock, when the
+// state learns the cluster's ID: from the entry that set it, or from a
+// snapshot that holds another one than the state had. Call it before the
+// FSM is handed to Raft.
+func (f *FSM) OnClusterID(fn func(id string)) { f.onCluster = fn }
+
+// ClusterID returns the cluster's ID, "" until one is applied.
+func (f *FSM) ClusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.clusterID
+}
 
 // Response is what Apply returns for a log entry: one Result per request,
 // in the order of the entry.
@@ -72,6 +88,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	var all []*Result
 	f.mu.Lock()
+	cluster := f.s.clusterID
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
 			resp := &Response{Results: make([]*Result, len(decoded[i]))}
@@ -86,7 +103,12 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.s.index, f.s.term = l.Index, l.Term
 	}
 	f.advance()
+	learned := f.s.clusterID != cluster
+	cluster = f.s.clusterID
 	f.mu.Unlock()
+	if learned && f.onCluster != nil {
+		f.onCluster(cluster)
+	}
 	if f.onApply != nil {
 		f.onApply(len(logs), all)
 	}
@@ -266,8 +288,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
+	learned := s.clusterID != "" && s.clusterID != f.s.clusterID
 	f.s = s
 	f.advance()
 	f.mu.Unlock()
+	if learned && f.onCluster != nil {
+		f.onCluster(s.clusterID)
+	}
 	return nil
 }

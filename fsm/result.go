@@ -26,6 +26,9 @@ const (
 	// CodeLastVoter: the change would leave the cluster without a voter,
 	// or there is no other voter to hand leadership to.
 	CodeLastVoter Code = "LastVoter"
+	// CodeMemberDataLost: a node asked to join has no state, but its ID is
+	// a voter of the cluster, which may have counted on its votes and log.
+	CodeMemberDataLost Code = "MemberDataLost"
 )
 
 // Error is a domain failure decided by the state machine: a definite
@@ -38,6 +41,15 @@ type Error struct {
 	Message string
 	Op      int
 	Owner   string
+	// Node describes the node a join refused (NodeNotEmpty); nil
+	// otherwise. Never part of a remembered result.
+	Node *NodeDetails
+}
+
+// NodeDetails are what a join refusal says of the newcomer.
+type NodeDetails struct {
+	ClusterID string
+	LastIndex uint64
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

@@ -16,7 +16,7 @@ var _ raft.FSMSnapshot = (*state)(nil)
 // request table are immutable and shared.
 func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
-		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term}
+		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID}
 	for name, p := range s.pools {
 		c.pools[name] = &pool{name: p.name, p: p.p.Clone(), recs: p.recs.clone()}
 	}
@@ -40,7 +40,7 @@ func (s *state) Release() {}
 
 // export converts the state to the snapshot package's plain types.
 func (s *state) export() *snapshot.State {
-	out := &snapshot.State{Index: s.index, Term: s.term}
+	out := &snapshot.State{Index: s.index, Term: s.term, ClusterID: s.clusterID}
 	for _, name := range s.poolNames() {
 		p := s.pools[name]
 		rng, data := p.p.Snapshot()
@@ -80,6 +80,12 @@ func readState(r io.Reader) (*state, error) {
 func importState(ss *snapshot.State) (*state, error) {
 	s := newState()
 	s.index, s.term = ss.Index, ss.Term
+	if ss.ClusterID != "" {
+		if err := ValidateClusterID(ss.ClusterID); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		s.clusterID = ss.ClusterID
+	}
 	for _, sp := range ss.Pools {
 		if err := ValidatePoolName(sp.Name); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)

@@ -16,6 +16,9 @@ type state struct {
 	members  map[string]Member
 	index    uint64 // the last applied log index
 	term     uint64 // the term of that entry
+	// clusterID is the cluster's ID: "" until the first leader's
+	// set-cluster-id request is applied, then never changed.
+	clusterID string
 }
 
 func newState() *state {
@@ -70,6 +73,8 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		}
 		delete(s.members, r.Member.ID)
 		return &Result{}
+	case KindSetClusterID:
+		return s.setClusterID(r.ClusterID)
 	}
 	return &Result{Err: errorf(CodeInvalidArgument, "unknown request kind %d", r.Kind)}
 }
@@ -96,6 +101,33 @@ func (s *state) createPool(name, rng string) *Result {
 	}
 	s.pools[name] = &pool{name: name, p: allocator.NewPool(r)}
 	return &Result{Created: true}
+}
+
+// setClusterID records the cluster's ID unless it has one: every leader
+// that finds none proposes one, and the first applied wins. Created tells
+// whether this request set it.
+func (s *state) setClusterID(id string) *Result {
+	if err := ValidateClusterID(id); err != nil {
+		return &Result{Err: err}
+	}
+	if s.clusterID != "" {
+		return &Result{}
+	}
+	s.clusterID = id
+	return &Result{Created: true}
+}
+
+// ValidateClusterID checks a cluster ID: 1 to 64 bytes of printable ASCII.
+func ValidateClusterID(id string) *Error {
+	if id == "" || len(id) > MaxClusterID {
+		return errorf(CodeInvalidArgument, "cluster ID must be 1 to %d bytes, got %d", MaxClusterID, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return errorf(CodeInvalidArgument, "cluster ID %q: want printable ASCII", id)
+		}
+	}
+	return nil
 }
 
 // poolNames returns the pool names, sorted.

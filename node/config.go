@@ -91,7 +91,8 @@ type Config struct {
 	// WrapTransport, when set, wraps the Raft transport: tests inject
 	// faults with it (see transport.Wrap).
 	WrapTransport func(raft.Transport) raft.Transport
-	// DialRPC, when set, replaces the dialer of the forwarding RPC: tests
+	// DialRPC, when set, opens the TCP connections of the forwarding RPC
+	// (the node writes the protocol byte and the handshake on them): tests
 	// cut forwarded calls with it.
 	DialRPC func(addr string, timeout time.Duration) (net.Conn, error)
 }
@@ -127,7 +128,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
 	}
 	seen := map[string]bool{}
+	self := false
 	for _, p := range c.Peers {
+		self = self || p.ID == c.ID
 		switch {
 		case p.ID == "" || p.RaftAddr == "":
 			errs = append(errs, fmt.Errorf("peer %+v: ID and RaftAddr are required", p))
@@ -135,6 +138,12 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("peer ID %q appears twice", p.ID))
 		}
 		seen[p.ID] = true
+	}
+	switch {
+	case len(c.Peers) > 0 && c.ID == "":
+		errs = append(errs, errors.New("Peers needs ID: the node's own entry of the list"))
+	case len(c.Peers) > 0 && !self:
+		errs = append(errs, fmt.Errorf("ID %q is not one of Peers: every node of the list is given the list and its own ID", c.ID))
 	}
 	var ranges []allocator.Range
 	for _, p := range c.Pools {

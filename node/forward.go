@@ -13,7 +13,6 @@ import (
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
-	"github.com/rangealloc/rangealloc/transport"
 )
 
 // Calls made on a follower travel to the leader over an internal RPC on
@@ -68,9 +67,6 @@ func (c countingConn) Read(p []byte) (int, error) {
 }
 
 func newForwarder(dial func(string, time.Duration) (net.Conn, error)) *forwarder {
-	if dial == nil {
-		dial = transport.DialRPC
-	}
 	return &forwarder{dial: dial, clients: make(map[string]*rpcClient)}
 }
 
@@ -415,6 +411,13 @@ func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
 	return nil
 }
 
+// Probe answers what this node is (membership.go). It is served before
+// the node has founded or joined a cluster.
+func (s *rpcService) Probe(_ *wire.ProbeArgs, reply *wire.ProbeReply) error {
+	*reply = *s.n.probeReply()
+	return nil
+}
+
 // Restore restores a forwarded backup.
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
@@ -424,29 +427,4 @@ func (s *rpcService) Restore(data []byte, reply *callReply) error {
 		}
 		return s.n.restoreOnLeader(data, index)
 	})
-}
-
-// joinLoop asks the configured members, in turn, to add this node, until
-// one accepts or the node closes.
-func (n *Node) joinLoop() {
-	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}
-	for attempt := 0; ; attempt++ {
-		for _, addr := range n.cfg.Join {
-			cctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-			err := n.forwardCall(cctx, addr, "Join", me)
-			cancel()
-			if err == nil {
-				n.logger.Info("joined the cluster", "via", addr)
-				return
-			}
-			if attempt%50 == 0 {
-				n.logger.Warn("join attempt failed; retrying", "via", addr, "error", err)
-			}
-		}
-		select {
-		case <-n.shutdown:
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

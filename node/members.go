@@ -22,6 +22,7 @@ type Member struct {
 // ClusterStatus is this node's view of the cluster.
 type ClusterStatus struct {
 	ID           string // this node's ID
+	ClusterID    string // "" until the first leader named the cluster
 	LeaderID     string
 	LeaderAPI    string
 	Term         uint64
@@ -39,7 +40,7 @@ func (n *Node) Cluster() (ClusterStatus, error) {
 	}
 	_, leaderID := n.raft.LeaderWithID()
 	term, _ := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
-	st := ClusterStatus{ID: n.id, LeaderID: string(leaderID), Term: term,
+	st := ClusterStatus{ID: n.id, ClusterID: n.ClusterID(), LeaderID: string(leaderID), Term: term,
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex()}
 	for _, s := range f.Configuration().Servers {
 		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leaderID}
@@ -54,20 +55,11 @@ func (n *Node) Cluster() (ClusterStatus, error) {
 	return st, nil
 }
 
-// Ready reports whether this node can serve: a leader is known and this
-// node has applied what it last saw committed. reason says why not.
-func (n *Node) Ready() (ok bool, reason string) {
-	if addr, _ := n.raft.LeaderWithID(); addr == "" {
-		return false, "no leader known"
-	}
-	if applied, commit := n.fsm.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
-		return false, fmt.Sprintf("applied index %d behind commit index %d", applied, commit)
-	}
-	return true, ""
-}
-
-// AddMember adds a voter, or does nothing when the same member is there
-// already, and records its addresses in the member table.
+// AddMember adds a node to the cluster, or does nothing when it is a
+// member already, and records its addresses in the member table. The
+// leader asks the node first (addMemberOnLeader): it must run, and hold no
+// other cluster's state. It joins as a non-voter and becomes a voter once
+// it has caught up.
 func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 	if err := fsm.ValidateMember(m); err != nil {
 		return err
@@ -76,33 +68,6 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
 	}
 	return n.onLeader(ctx, "AddMember", m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
-}
-
-func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	present := false
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == m.ID && string(s.Address) == m.RaftAddr && s.Suffrage == raft.Voter {
-			present = true
-		}
-	}
-	if !present {
-		if err := n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
-			return fmt.Errorf("add voter %s: %w", m.ID, err)
-		}
-		n.logger.Info("added voter", "id", m.ID, "raft", m.RaftAddr)
-	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetMember, Member: m})
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		return res.Err
-	}
-	return nil
 }
 
 // RemoveMember removes a member from the Raft configuration and the member table.

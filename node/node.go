@@ -35,6 +35,9 @@ type Node struct {
 	trans *raft.NetworkTransport
 	store *markedStore
 	fwd   *forwarder
+	// probes carries Probe calls only, on connections that name no
+	// cluster, so that they reach nodes of other clusters too.
+	probes *forwarder
 
 	proposals chan *proposal
 	inflight  chan *inflight
@@ -51,6 +54,16 @@ type Node struct {
 	// bootstrapped is true when this process created the cluster's initial
 	// configuration, so its first leadership creates cfg.Pools.
 	bootstrapped bool
+	// starting is true while a node without state has not yet founded or
+	// joined a cluster (membership.go); foundingReady once it has seen
+	// every peer without state.
+	starting, foundingReady atomic.Bool
+	// clusterID is the cluster's ID (a string), "" until learned; the
+	// handshake of every connection between nodes carries it.
+	clusterID atomic.Value
+	// lead is what this follower last learned of the leader's commit
+	// index (readiness).
+	lead leaderWord
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -85,7 +98,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
 		slots:  make(chan struct{}, cfg.MaxInflight),
 		notify: make(chan bool, 64), shutdown: make(chan struct{})}
-	if err := n.start(); err != nil {
+	f.OnClusterID(n.learnClusterID)
+	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
 		if n.raft != nil {
 			_ = n.raft.Shutdown().Error()
@@ -97,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) start() error {
+func (n *Node) start(ctx context.Context) error {
 	cfg := n.cfg
 	n.addr = cfg.AdvertiseRaft
 	if n.addr == "" {
@@ -107,7 +121,16 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("advertise address %q: %w", n.addr, err)
 	}
-	if n.mux, err = transport.Listen(cfg.RaftAddr, adv, n.logger); err != nil {
+	disk, err := checkStorage(cfg.DataDir, n.logger)
+	if err != nil {
+		return err
+	}
+	if err := n.loadClusterID(); err != nil {
+		return err
+	}
+	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
+		DialRPC: cfg.DialRPC, RaftClosed: !disk.hasState})
+	if err != nil {
 		return fmt.Errorf("raft address: %w", err)
 	}
 	n.addr = n.mux.Raft().Addr().String()
@@ -116,17 +139,9 @@ func (n *Node) start() error {
 	if cfg.WrapTransport != nil {
 		trans = cfg.WrapTransport(trans)
 	}
-	disk, err := checkStorage(cfg.DataDir, n.logger)
-	if err != nil {
-		return err
-	}
 	logs, snaps, err := n.openStores(disk.marked)
 	if err != nil {
 		return err
-	}
-	hasState, err := raft.HasExistingState(logs, n.store, snaps)
-	if err != nil {
-		return fmt.Errorf("read raft state: %w", err)
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.id)
@@ -137,15 +152,13 @@ func (n *Node) start() error {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.NotifyCh = n.notify
+	// Without state, Raft has no configuration: it neither campaigns nor,
+	// with its port shut, hears from anyone until takePart decides.
 	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
-	if !hasState {
-		if err := n.bootstrap(); err != nil {
-			return err
-		}
-	}
-	n.fwd = newForwarder(cfg.DialRPC)
+	n.fwd = newForwarder(n.mux.DialRPC)
+	n.probes = newForwarder(n.mux.DialProbe)
 	srv := rpc.NewServer()
 	if err := srv.RegisterName("Node", &rpcService{n: n}); err != nil {
 		return err
@@ -154,10 +167,17 @@ func (n *Node) start() error {
 	n.goFunc(n.batchLoop)
 	n.goFunc(n.resolveLoop)
 	n.goFunc(n.leaderLoop)
-	if !hasState && len(cfg.Join) > 0 {
-		n.goFunc(n.joinLoop)
+	n.goFunc(n.promoteLoop)
+	n.goFunc(n.followLoop)
+	if !disk.hasState {
+		n.starting.Store(true)
+		if err := n.takePart(ctx); err != nil {
+			return err
+		}
+		n.mux.OpenRaft()
+		n.starting.Store(false)
 	}
-	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", hasState)
+	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
 	return nil
 }
 
@@ -189,18 +209,14 @@ func openBolt(dir string) (*raftboltdb.BoltStore, error) {
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed
-// voter set, or this node alone when it neither has peers nor joins.
+// voter set, or this node alone when it has no peers.
 func (n *Node) bootstrap() error {
-	var servers []raft.Server
-	switch {
-	case len(n.cfg.Peers) > 0:
+	servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)}}
+	if len(n.cfg.Peers) > 0 {
+		servers = nil
 		for _, p := range n.cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-	case len(n.cfg.Join) == 0:
-		servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)}}
-	default:
-		return nil
 	}
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
@@ -357,6 +373,7 @@ func (n *Node) establish() {
 		case <-ctx.Done():
 		}
 	}()
+	n.nameCluster(ctx)
 	rows := []fsm.Member{{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}}
 	if n.bootstrapped {
 		for _, p := range n.cfg.Peers {
@@ -422,6 +439,9 @@ func (n *Node) close(handover bool) error {
 func (n *Node) closeResources() {
 	if n.fwd != nil {
 		n.fwd.close()
+	}
+	if n.probes != nil {
+		n.probes.close()
 	}
 	if n.trans != nil {
 		_ = n.trans.Close()

@@ -9,19 +9,20 @@
 // stream through a 64 KiB buffer: neither holds the whole encoding in
 // memory, and Write allocates nothing per allocation record.
 //
-// # Layout (format version 1)
+// # Layout (format version 2)
 //
 // Fixed-width integers are big-endian. uvarint is encoding/binary's unsigned
 // varint in its shortest form. str is uvarint(len) followed by len bytes.
 //
 //	offset  size  field
 //	     0     8  magic     89 52 41 53 0d 0a 1a 0a      "\x89RAS\r\n\x1a\n"
-//	     8     4  version   uint32, 1
+//	     8     4  version   uint32, 2 (Read also reads 1, which ends after members)
 //	    12     8  index     uint64, the last applied log index
 //	    20     8  term      uint64, the term of that entry
 //	    28     …  pools     'P' uvarint(n) pool×n       sorted by name, unique
 //	           …  requests  'R' uvarint(n) request×n    oldest first, IDs unique
 //	           …  members   'M' uvarint(n) member×n     sorted by ID, unique
+//	           …  cluster   'C' clusterID:str          0..64 printable bytes; "" before one is drawn
 //	   L-4     4  checksum  uint32, CRC-32C of bytes [0, L-4)
 //	     L        end of stream: nothing may follow
 //

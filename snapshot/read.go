@@ -39,6 +39,8 @@ type decoder struct {
 	base int64  // the stream offset of buf[0]
 	crc  uint32 // CRC-32C of the stream up to buf[h]
 	err  error  // the first error of src (io.EOF at its end); sticks
+	// version is the format version read from the header.
+	version uint32
 }
 
 // off is the stream offset of the next unread byte.
@@ -193,6 +195,18 @@ func (d *decoder) state() (*State, error) {
 	if s.Members, err = d.members(); err != nil {
 		return nil, err
 	}
+	if d.version >= 2 {
+		if err := d.tag(tagCluster, "cluster"); err != nil {
+			return nil, err
+		}
+		start := d.off()
+		if s.ClusterID, err = d.str("cluster ID", 0, maxCluster); err != nil {
+			return nil, err
+		}
+		if err := checkClusterID(s.ClusterID); err != nil {
+			return nil, corrupt(start, err)
+		}
+	}
 	return s, d.trailer()
 }
 
@@ -212,8 +226,10 @@ func (d *decoder) header(s *State) error {
 	if err != nil {
 		return err
 	}
-	if v := binary.BigEndian.Uint32(p); v != version {
-		return fmt.Errorf("%w %d: this build reads version %d", ErrVersion, v, version)
+	if v := binary.BigEndian.Uint32(p); v < 1 || v > version {
+		return fmt.Errorf("%w %d: this build reads versions 1 to %d", ErrVersion, v, version)
+	} else {
+		d.version = v
 	}
 	if p, err = d.next("index", 8); err != nil {
 		return err

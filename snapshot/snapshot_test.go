@@ -134,18 +134,19 @@ func TestSpecBitmaps(t *testing.T) {
 	}
 }
 
-// TestLayout pins the byte layout that doc.go draws.
-func TestLayout(t *testing.T) {
-	s := &State{
-		Index: 0x0102030405060708, Term: 9,
-		Pools: []Pool{{Name: "a", Range: "1-2", Data: []byte{0x02, 0x01},
-			Allocations: []Allocation{{Owner: "x", Static: true, Revision: 300}, {Revision: 1}}}},
-		Requests: []Request{{ID: "r", Index: 5, Fingerprint: 0xaabbccddeeff0011, Result: []byte{0xde}}},
-		Members:  []Member{{ID: "n1", RaftAddr: "h:1", APIAddr: "h:2"}},
-	}
-	body := strings.Join([]string{
+// layoutState and layoutBody pin the byte layout that doc.go draws.
+var layoutState = &State{
+	Index: 0x0102030405060708, Term: 9,
+	Pools: []Pool{{Name: "a", Range: "1-2", Data: []byte{0x02, 0x01},
+		Allocations: []Allocation{{Owner: "x", Static: true, Revision: 300}, {Revision: 1}}}},
+	Requests: []Request{{ID: "r", Index: 5, Fingerprint: 0xaabbccddeeff0011, Result: []byte{0xde}}},
+	Members:  []Member{{ID: "n1", RaftAddr: "h:1", APIAddr: "h:2"}},
+}
+
+func layoutBody(version string, tail ...string) []byte {
+	return []byte(strings.Join(append([]string{
 		"89524153 0d0a1a0a",                 // magic
-		"00000001",                          // version
+		version,                             // version
 		"0102030405060708 0000000000000009", // index, term
 		"50 01",                             // 'P', 1 pool
 		"01 61  03 312d32  02 0201  02",     // "a", "1-2", data 02 01, 2 allocations
@@ -154,11 +155,29 @@ func TestLayout(t *testing.T) {
 		"01 72 05 aabbccddeeff0011 01 de",   // "r", index 5, fingerprint, result de
 		"4d 01",                             // 'M', 1 member
 		"02 6e31 03 683a31 03 683a32",       // "n1", "h:1", "h:2"
-	}, "")
-	want, err := hex.DecodeString(strings.ReplaceAll(body, " ", ""))
+	}, tail...), ""))
+}
+
+func sealedHex(t *testing.T, body []byte) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.ReplaceAll(string(body), " ", ""))
 	require.NoError(t, err)
-	want = seal(want)
-	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, s)))
+	return seal(b)
+}
+
+func TestLayout(t *testing.T) {
+	s := *layoutState
+	s.ClusterID = "c1"
+	want := sealedHex(t, layoutBody("00000002", "43 02 6331")) // 'C', "c1"
+	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+}
+
+// TestReadsVersion1: a snapshot written before the cluster section
+// existed still restores, with no cluster ID.
+func TestReadsVersion1(t *testing.T) {
+	got, err := Read(bytes.NewReader(sealedHex(t, layoutBody("00000001"))))
+	require.NoError(t, err)
+	require.Equal(t, layoutState, got)
 }
 
 // TestChecksumIsCastagnoli pins the polynomial with its check value.

@@ -19,6 +19,9 @@ type State struct {
 	Requests []Request
 	// Members is sorted by ID; IDs are unique.
 	Members []Member
+	// ClusterID is the cluster's ID, "" while it has none (and in a
+	// version 1 snapshot).
+	ClusterID string
 }
 
 // Pool is a Kubernetes RangeAllocation record plus one record per allocated
@@ -61,11 +64,12 @@ type Member struct {
 // Format constants; doc.go draws the layout.
 const (
 	magic      = "\x89RAS\r\n\x1a\n"
-	version    = 1
+	version    = 2 // what Write writes; Read also reads version 1, which has no cluster section
 	headerSize = len(magic) + 4 + 8 + 8
 	tagPools   = 'P'
 	tagReqs    = 'R'
 	tagMembers = 'M'
+	tagCluster = 'C'
 	flagStatic = 1 << 0
 	bufSize    = 64 << 10
 )
@@ -81,6 +85,7 @@ const (
 	maxResult   = 1 << 20
 	maxMemberID = 128
 	maxAddr     = 256
+	maxCluster  = 64
 	// maxPrealloc is the first capacity of a slice whose length was read
 	// off the stream; it grows from there as elements arrive.
 	maxPrealloc = 1024
@@ -181,6 +186,22 @@ func validate(s *State) error {
 	for i, m := range s.Members {
 		if err := validateMember(&m, i, s.Members); err != nil {
 			return fmt.Errorf("%w: member %d%s: %w", ErrInvalid, i, where(m.ID, "", -1), err)
+		}
+	}
+	if err := checkClusterID(s.ClusterID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkClusterID checks a cluster ID: at most 64 bytes of printable ASCII.
+func checkClusterID(id string) error {
+	if err := checkLen("cluster ID", uint64(len(id)), 0, maxCluster); err != nil {
+		return err
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return fmt.Errorf("cluster ID %q has a byte 0x%02x that is not printable ASCII", id, id[i])
 		}
 	}
 	return nil

@@ -30,6 +30,8 @@ func encode(w io.Writer, s *State) error {
 	e.pools(s.Pools)
 	e.requests(s.Requests)
 	e.members(s.Members)
+	e.byte(tagCluster)
+	e.str(s.ClusterID)
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +29,8 @@ type Options struct {
 	Tune func(*node.Config)
 	// Seed drives the fault table's random drops.
 	Seed int64
+	// Delays, when set, holds member i's first start back by Delays[i].
+	Delays []time.Duration
 }
 
 // Member is one node of the cluster; Node is nil while it is down.
@@ -50,6 +55,7 @@ type Cluster struct {
 func New(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, Faults: transport.NewFaults(opts.Seed)}
+	logs := newTestWriter(t)
 	// A message held by a cut fails after a second, as a connection timeout
 	// would, so that stopping a node behind a cut does not wait for long.
 	c.Faults.SetTimeout(time.Second)
@@ -67,7 +73,7 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 		cfg.Peers, cfg.Pools = peers, opts.Pools
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 400*time.Millisecond, 400*time.Millisecond
 		cfg.LeaderLeaseTimeout = 200 * time.Millisecond
-		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: m.ID, Level: hclog.Warn, Output: testWriter{t}})
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: m.ID, Level: hclog.Warn, Output: logs})
 		local := raft.ServerAddress(m.Addr)
 		cfg.WrapTransport = func(tr raft.Transport) raft.Transport { return transport.Wrap(tr, local, c.Faults) }
 		cfg.DialRPC = c.faultyDial(local)
@@ -75,7 +81,19 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 			opts.Tune(&cfg)
 		}
 		m.cfg = cfg
-		c.Start(m.Index)
+	}
+	// Founders wait for each other (node.Open), so they start together.
+	errs := make(chan error, n)
+	for i, m := range c.Members {
+		go func() {
+			if i < len(opts.Delays) {
+				time.Sleep(opts.Delays[i])
+			}
+			errs <- c.open(m)
+		}()
+	}
+	for range c.Members {
+		require.NoError(t, <-errs)
 	}
 	t.Cleanup(func() {
 		c.Heal()
@@ -91,11 +109,31 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	return c
 }
 
-// testWriter sends logs to the test's log.
-type testWriter struct{ t testing.TB }
+// testWriter sends logs to the test's log until the test ends: Raft's
+// connection handlers may still log after Halt, and testing panics on a
+// Log after the test completed.
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
+func newTestWriter(t testing.TB) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { // registered first, so it runs last
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(string(p))
+	}
 	return len(p), nil
 }
 
@@ -117,7 +155,7 @@ func (c *Cluster) faultyDial(local raft.ServerAddress) func(string, time.Duratio
 		if !c.Faults.Allowed(local, remote) || !c.Faults.Allowed(remote, local) {
 			return nil, fmt.Errorf("dial %s: cut by the test", addr)
 		}
-		conn, err := transport.DialRPC(addr, timeout)
+		conn, err := net.DialTimeout("tcp", addr, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -164,16 +202,50 @@ func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	m := c.Members[i]
 	require.Nil(c.t, m.Node, "node %s is running", m.ID)
+	require.NoError(c.t, c.open(m))
+}
+
+func (c *Cluster) open(m *Member) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
 	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a kill
-		if m.Node, err = node.Open(ctx, m.cfg); err == nil {
-			return
+		var n *node.Node
+		if n, err = node.Open(ctx, m.cfg); err == nil {
+			m.Node = n
+			return nil
+		}
+		if errors.Is(err, node.ErrStorage) || ctx.Err() != nil {
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.NoError(c.t, err, "open %s", m.ID)
+	return fmt.Errorf("open %s: %w", m.ID, err)
+}
+
+// TryStart opens member i's node and returns Open's error: for a node
+// that must refuse to start. A node that starts is kept running.
+func (c *Cluster) TryStart(i int) error {
+	c.t.Helper()
+	m := c.Members[i]
+	require.Nil(c.t, m.Node, "node %s is running", m.ID)
+	return c.open(m)
+}
+
+// Config returns member i's configuration, for a test to change before
+// the next start (see SetConfig).
+func (c *Cluster) Config(i int) node.Config { return c.Members[i].cfg }
+
+// SetConfig replaces member i's configuration for its next start.
+func (c *Cluster) SetConfig(i int, cfg node.Config) { c.Members[i].cfg = cfg }
+
+// Wipe removes member i's data directory, as a replaced disk or a
+// re-imaged machine would. The member must be down.
+func (c *Cluster) Wipe(i int) {
+	c.t.Helper()
+	m := c.Members[i]
+	require.Nil(c.t, m.Node, "node %s is running", m.ID)
+	require.NoError(c.t, os.RemoveAll(m.DataDir))
 }
 
 // Kill stops member i as a crash would: no leadership handover.

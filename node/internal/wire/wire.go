@@ -60,3 +60,26 @@ type ReadRPCReply struct {
 
 // CallReply answers the cluster calls and Node.Restore.
 type CallReply struct{ Err *Error }
+
+// ProbeArgs asks a node about itself: what a joining node's leader, a
+// founding peer, and the leader's promotion and readiness checks want to
+// know.
+type ProbeArgs struct {
+	From string // the asking node's ID, for logs
+}
+
+// ProbeReply is what a node says of itself.
+type ProbeReply struct {
+	ID        string
+	ClusterID string // "" until it has learned one
+	// HasState: its Raft log, stable store or snapshots hold state.
+	HasState bool
+	// Ready: it is founding a cluster and has seen every peer without
+	// state (or has state): a peer may bootstrap once all are ready.
+	Ready       bool
+	LastIndex   uint64
+	Applied     uint64
+	CommitIndex uint64
+	Leader      bool
+	Voters      []string // its configuration's voters, when it has state
+}

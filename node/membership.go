@@ -1,0 +1,384 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+)
+
+// How a node without state takes part in a cluster, and why it is safe.
+//
+// The invariant: every voter of a configuration has held this cluster's
+// data. Raft counts a voter's log and its vote; a voter that lost its disk
+// and took part again would have forgotten both, so a quorum that needed
+// it could forget an acknowledged write, or elect two leaders in one term.
+// A node that finds its data directory empty therefore never takes part
+// as a voter it may have been before:
+//
+//   - Alone (no --peers, no --join), it founds a one-node cluster with a
+//     new cluster ID: a node that was a member elsewhere is then of another
+//     cluster, and the handshake keeps it out of the old one.
+//   - With --peers, it founds the cluster together with its peers, or
+//     refuses. It asks every peer (found). A peer with state means the
+//     cluster exists, and since peers bootstrap only after every peer said
+//     it was ready, and this node has no record of ever being ready, its
+//     data is gone: it refuses to start. Once every peer has answered
+//     without state, it writes the founding marker (so a crash from here
+//     on does not make it a stranger) and says it is ready; once every
+//     peer has said so, it bootstraps. So every founder has answered
+//     before any bootstrapped, and all of them become voters.
+//   - With --join, the leader asks it first (addMemberOnLeader): a node
+//     with another cluster's state is refused (NodeNotEmpty), and a node
+//     without state whose ID is a voter is refused (MemberDataLost). A
+//     newcomer is added as a non-voter, whose log and vote count for
+//     nothing, and promoted to voter by the leader once it has caught up
+//     (promoteLoop): by then it has held the data.
+//
+// Until it has decided, the node's Raft port is shut (transport
+// Options.RaftClosed): it answers probes on the forwarding port, and
+// nothing reaches its Raft.
+
+// foundingFile marks a node that had seen every peer without state and
+// said it was ready to found the cluster.
+const foundingFile = "founding"
+
+// probeTimeout bounds one probe of a peer.
+const probeTimeout = 2 * time.Second
+
+// takePart brings a node without state into a cluster: it bootstraps,
+// founds with its peers, or joins, and returns once it may take part, or
+// with the reason it must not.
+func (n *Node) takePart(ctx context.Context) error {
+	switch {
+	case len(n.cfg.Join) > 0:
+		return n.join(ctx)
+	case len(n.cfg.Peers) > 0:
+		if err := n.found(ctx); err != nil {
+			return err
+		}
+	}
+	return n.bootstrap()
+}
+
+// found waits until every peer is ready to found the cluster (see above).
+func (n *Node) found(ctx context.Context) error {
+	marker := filepath.Join(n.cfg.DataDir, foundingFile)
+	if _, err := os.Stat(marker); err == nil {
+		n.foundingReady.Store(true)
+		return nil
+	}
+	var others []Peer
+	for _, p := range n.cfg.Peers {
+		if p.ID != n.id {
+			others = append(others, p)
+		}
+	}
+	empty, ready := map[string]bool{}, map[string]bool{}
+	lastLog := time.Now()
+	for {
+		waiting := map[string]string{}
+		for _, r := range n.probeAll(ctx, others) {
+			switch {
+			case r.err != nil:
+				waiting[r.peer.ID] = r.err.Error()
+			case r.reply.HasState && !n.foundingReady.Load():
+				return n.refuseFounding(r.peer, r.reply)
+			case r.reply.HasState || r.reply.Ready:
+				empty[r.peer.ID], ready[r.peer.ID] = true, true
+			default:
+				empty[r.peer.ID] = true
+				waiting[r.peer.ID] = "not ready to found yet"
+			}
+		}
+		if !n.foundingReady.Load() && len(empty) == len(others) {
+			if err := writeFileSync(marker, []byte("every peer answered without state; this node is ready to found the cluster\n")); err != nil {
+				return fmt.Errorf("write %s: %w", marker, err)
+			}
+			n.foundingReady.Store(true)
+			n.logger.Info("every peer answered without state; ready to found the cluster")
+			continue
+		}
+		if n.foundingReady.Load() && len(ready) == len(others) {
+			return nil
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			n.logger.Info("founding the cluster: waiting for peers", "waiting", waitingList(waiting))
+		}
+		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
+			return fmt.Errorf("founding the cluster: still waiting for peers %s: %w", waitingList(waiting), err)
+		}
+	}
+}
+
+func waitingList(w map[string]string) string {
+	var out []string
+	for id, why := range w {
+		out = append(out, id+": "+why)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// refuseFounding explains why a node without state must not found or
+// join through --peers: a peer holds the cluster's state.
+func (n *Node) refuseFounding(p Peer, r *wire.ProbeReply) error {
+	cluster := r.ClusterID
+	if cluster == "" {
+		cluster = "(not yet named)"
+	}
+	for _, v := range r.Voters {
+		if v == n.id {
+			return &StorageError{Path: n.cfg.DataDir, Problem: fmt.Sprintf(
+				"the directory holds no Raft state, but this node (%s) is a voter of cluster %s: peer %s at %s holds the cluster's state "+
+					"(last index %d). This node's data is gone, and it must not vote or serve as if it had none",
+				n.id, cluster, p.ID, p.RaftAddr, r.LastIndex)}
+		}
+	}
+	return fmt.Errorf("refusing to start: peer %s at %s holds the state of cluster %s (last index %d), and this node (%s) "+
+		"has none and is not one of its voters: start it with --join %s instead of --peers to add it as a new member",
+		p.ID, p.RaftAddr, cluster, r.LastIndex, n.id, orDash(p.APIAddr))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "<a member's HTTP address>"
+	}
+	return s
+}
+
+type probeResult struct {
+	peer  Peer
+	reply *wire.ProbeReply
+	err   error
+}
+
+// probeAll probes peers concurrently.
+func (n *Node) probeAll(ctx context.Context, peers []Peer) []probeResult {
+	out := make([]probeResult, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := n.probe(ctx, p.RaftAddr)
+			out[i] = probeResult{peer: p, reply: r, err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// probe asks the node at addr about itself.
+func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var reply wire.ProbeReply
+	if _, err := n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id}, &reply, nil); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// probeReply describes this node.
+func (n *Node) probeReply() *wire.ProbeReply {
+	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: n.foundingReady.Load(),
+		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader()}
+	r.LastIndex = n.raft.LastIndex()
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				r.Voters = append(r.Voters, string(s.ID))
+			}
+		}
+	}
+	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
+	return r
+}
+
+// join asks the members of cfg.Join in turn to add this node, until one
+// does, or one refuses it for good.
+func (n *Node) join(ctx context.Context) error {
+	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}
+	var last error
+	for attempt := 0; ; attempt++ {
+		for _, addr := range n.cfg.Join {
+			err := n.forwardCall(ctx, addr, "Join", me)
+			var fe *fsm.Error
+			switch {
+			case err == nil:
+				n.logger.Info("joined the cluster as a non-voter; the leader promotes this node once it has caught up", "via", addr)
+				return nil
+			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
+				return &StorageError{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
+			case errors.As(err, &fe):
+				return fmt.Errorf("refusing to start: joining through %s: %w", addr, err)
+			}
+			last = err
+			if attempt%25 == 0 {
+				n.logger.Warn("join attempt failed; retrying", "via", addr, "error", err)
+			}
+		}
+		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
+			return fmt.Errorf("joining the cluster through %s: %w (last failure: %v)", strings.Join(n.cfg.Join, ", "), err, last)
+		}
+	}
+}
+
+// addMemberOnLeader checks a newcomer over its Raft port, then adds it as
+// a non-voter (promoteLoop makes it a voter) and writes its member row.
+func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
+	r, err := n.probe(ctx, m.RaftAddr)
+	if err != nil {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"cannot reach %s at Raft address %s to check it before adding it (%v): start it with --join first", m.ID, m.RaftAddr, err)}
+	}
+	if r.ID != m.ID {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"the node at Raft address %s is %q, not %q", m.RaftAddr, r.ID, m.ID)}
+	}
+	mine := n.ClusterID()
+	member := r.ClusterID != "" && r.ClusterID == mine
+	if r.HasState && !member {
+		return &fsm.Error{Code: fsm.CodeNodeNotEmpty, Op: -1, Node: &fsm.NodeDetails{ClusterID: r.ClusterID, LastIndex: r.LastIndex},
+			Message: fmt.Sprintf("node %s at %s holds state of another cluster (cluster %q, last index %d): it was started on its own "+
+				"or belongs elsewhere; empty its data directory and start it with --join to add it", m.ID, m.RaftAddr, r.ClusterID, r.LastIndex)}
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	var cur *raft.Server
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == m.ID {
+			cur = &s
+		}
+	}
+	switch {
+	case cur != nil && cur.Suffrage == raft.Voter && !r.HasState:
+		return &fsm.Error{Code: fsm.CodeMemberDataLost, Op: -1, Message: fmt.Sprintf(
+			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
+				"(rangealloc cluster remove %s), then join the node again", m.ID, mine, m.RaftAddr, m.ID)}
+	case cur == nil:
+		if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
+			return fmt.Errorf("add non-voter %s: %w", m.ID, err)
+		}
+		n.logger.Info("added a non-voter; it becomes a voter once it has caught up", "id", m.ID, "raft", m.RaftAddr)
+	case string(cur.Address) != m.RaftAddr:
+		add := n.raft.AddNonvoter
+		if cur.Suffrage == raft.Voter {
+			add = n.raft.AddVoter
+		}
+		if err := add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
+			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
+		}
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetMember, Member: m})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return nil
+}
+
+// promoteLag is how close to the leader's commit index a non-voter's
+// applied index must be before it is promoted.
+const promoteLag = 250
+
+// promoteLoop, on the leader, promotes each non-voter that has caught up.
+func (n *Node) promoteLoop() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdown:
+			return
+		case <-t.C:
+		}
+		if !n.ready.Load() {
+			continue
+		}
+		f := n.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage != raft.Nonvoter {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			r, err := n.probe(ctx, string(s.Address))
+			cancel()
+			if err != nil || r.ID != string(s.ID) || r.ClusterID != n.ClusterID() || r.Applied+promoteLag < n.raft.CommitIndex() {
+				continue
+			}
+			if err := n.raft.AddVoter(s.ID, s.Address, 0, 0).Error(); err != nil {
+				n.logger.Warn("could not promote a non-voter", "id", s.ID, "error", err)
+				continue
+			}
+			n.logger.Info("promoted a non-voter that has caught up", "id", s.ID, "applied", r.Applied)
+		}
+	}
+}
+
+// ClusterID returns the ID of this node's cluster, "" until it has learned one.
+func (n *Node) ClusterID() string {
+	id, _ := n.clusterID.Load().(string)
+	return id
+}
+
+// loadClusterID reads the cluster ID kept in the data directory.
+func (n *Node) loadClusterID() error {
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, clusterFile))
+	if errors.Is(err, os.ErrNotExist) {
+		n.clusterID.Store("")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", clusterFile, err)
+	}
+	n.clusterID.Store(strings.TrimSpace(string(b)))
+	return nil
+}
+
+// learnClusterID keeps the cluster ID the state machine learned. A node
+// that already had another one refuses to go on: its data directory holds
+// two clusters' state.
+func (n *Node) learnClusterID(id string) {
+	if old := n.ClusterID(); old != "" && old != id {
+		n.logger.Error("the replicated state names another cluster than this data directory", "kept", old, "state", id)
+		return
+	}
+	if err := writeFileSync(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n")); err != nil {
+		n.logger.Error("could not keep the cluster ID", "error", err)
+	}
+	n.clusterID.Store(id)
+	n.logger.Info("member of cluster", "cluster_id", id)
+}
+
+// nameCluster makes the leader draw the cluster's ID when the state has none.
+func (n *Node) nameCluster(ctx context.Context) {
+	if n.fsm.ClusterID() != "" {
+		return
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetClusterID, ClusterID: uuid.NewString()})
+	switch {
+	case err != nil:
+		n.logger.Warn("could not name the cluster", "error", err)
+	case res.Err != nil:
+		n.logger.Warn("could not name the cluster", "error", res.Err)
+	}
+}

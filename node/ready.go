@@ -1,0 +1,117 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Reasons a node is not ready (GET /readyz).
+const (
+	ReasonBootstrapping = "bootstrapping" // it has not founded or joined a cluster yet
+	ReasonNoLeader      = "no_leader"     // it knows no leader
+	ReasonNotAMember    = "not_a_member"  // it is not in the cluster's configuration
+	ReasonCatchingUp    = "catching_up"   // it has not applied what the leader has committed
+)
+
+// Readiness says whether a node can serve, and if not, why.
+type Readiness struct {
+	Ready  bool
+	Reason string // one of the Reason constants when not ready
+	Detail string // a sentence for people
+}
+
+// leaderWordTTL is how fresh the leader's commit index must be for a
+// follower to call itself ready.
+const leaderWordTTL = time.Second
+
+// leaderWord is what a follower last heard from the leader: its commit
+// index. Raft caps a follower's own commit index at its last entry, so
+// after a restart a follower that has not yet received the log would
+// otherwise believe it has applied everything.
+type leaderWord struct {
+	mu     sync.Mutex
+	leader string
+	commit uint64
+	at     time.Time
+}
+
+func (w *leaderWord) set(leader string, commit uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.leader, w.commit, w.at = leader, commit, time.Now()
+}
+
+func (w *leaderWord) get() (leader string, commit uint64, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leader, w.commit, w.at
+}
+
+// followLoop, on a follower, asks the leader for its commit index four
+// times a second.
+func (n *Node) followLoop() {
+	t := time.NewTicker(leaderWordTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdown:
+			return
+		case <-t.C:
+		}
+		addr, id := n.raft.LeaderWithID()
+		if n.starting.Load() || addr == "" || id == raft.ServerID(n.id) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), leaderWordTTL)
+		r, err := n.probe(ctx, string(addr))
+		cancel()
+		if err == nil && r.Leader && r.ID == string(id) {
+			n.lead.set(r.ID, r.CommitIndex)
+		}
+	}
+}
+
+// Readiness reports whether this node can serve: it has joined a
+// cluster, knows a leader, is in the configuration, and has applied at
+// least the leader's commit index (a leader: since it applied an entry of
+// its term; a follower: as the leader said within the last second).
+func (n *Node) Readiness() Readiness {
+	not := func(reason, format string, args ...any) Readiness {
+		return Readiness{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+	}
+	if n.starting.Load() {
+		return not(ReasonBootstrapping, "this node has not founded or joined a cluster yet")
+	}
+	addr, leader := n.raft.LeaderWithID()
+	if addr == "" {
+		return not(ReasonNoLeader, "no leader known")
+	}
+	member := false
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			member = member || s.ID == raft.ServerID(n.id)
+		}
+	}
+	if !member {
+		return not(ReasonNotAMember, "this node is not in the cluster's configuration")
+	}
+	applied := n.fsm.AppliedIndex()
+	if leader == raft.ServerID(n.id) {
+		if !n.ready.Load() {
+			return not(ReasonCatchingUp, "this leader has not applied an entry of its term yet")
+		}
+		return Readiness{Ready: true}
+	}
+	who, commit, at := n.lead.get()
+	switch {
+	case who != string(leader) || time.Since(at) > leaderWordTTL:
+		return not(ReasonCatchingUp, "no word from leader %s on its commit index in the last %v", leader, leaderWordTTL)
+	case applied < commit:
+		return not(ReasonCatchingUp, "applied index %d is behind the leader's commit index %d", applied, commit)
+	}
+	return Readiness{Ready: true}
+}

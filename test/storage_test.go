@@ -1,0 +1,174 @@
+package test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFoundingInAnyOrder: the nodes of a new cluster, started in any
+// order with delays between them, form one cluster, and none is refused.
+func TestFoundingInAnyOrder(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools,
+		Delays: []time.Duration{1500 * time.Millisecond, 0, 700 * time.Millisecond}})
+	l := waitPools(t, c)
+	st, err := l.Node.Cluster()
+	require.NoError(t, err)
+	require.NotEmpty(t, st.ClusterID, "the first leader named the cluster")
+	for _, m := range st.Members {
+		assert.True(t, m.Voter, "founder %s is a voter", m.ID)
+	}
+	for _, m := range c.Members {
+		require.Eventually(t, func() bool { return m.Node.ClusterID() == st.ClusterID }, 10*time.Second, 20*time.Millisecond,
+			"%s learned the cluster ID", m.ID)
+	}
+}
+
+// TestWipedVoterRefused is the re-imaged node: three nodes, B killed,
+// 200 allocations acknowledged by the leader L and follower A, L and A
+// killed, A's data directory emptied, A and B started with their usual
+// flags. A must refuse to start (it used to bootstrap a new log, let B win
+// an election, and erase the 200 values when L came back); the
+// acknowledged values survive; then the runbook brings A back.
+func TestWipedVoterRefused(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	var a, b *cluster.Member
+	for _, m := range c.Members {
+		switch {
+		case m == l:
+		case b == nil:
+			b = m
+		default:
+			a = m
+		}
+	}
+	c.Kill(b.Index)
+	ctx := ctxT(t, 60*time.Second)
+	acked := map[string]string{}
+	for i := 0; i < 200; i++ {
+		owner := fmt.Sprintf("acked-%d", i)
+		got, err := l.Node.Allocate(ctx, "ip", "", owner, 0, owner)
+		require.NoError(t, err)
+		acked[got[0].Value] = owner
+	}
+	c.Kill(l.Index)
+	c.Kill(a.Index)
+	c.Wipe(a.Index)
+	c.Start(b.Index)
+	err := c.TryStart(a.Index)
+	require.ErrorIs(t, err, node.ErrStorage, "the wiped voter refuses to start")
+	assert.Contains(t, err.Error(), "is a voter of cluster")
+	c.Start(l.Index)
+	nl := c.LeaderAmong(l.Index, b.Index)
+	for v, owner := range acked {
+		got, err := nl.Node.Get(ctx, node.Linearizable, "ip", v)
+		require.NoError(t, err, "acknowledged %s", v)
+		assert.Equal(t, owner, got.Owner)
+	}
+
+	// The runbook: remove the member, empty its directory, join it again.
+	require.NoError(t, nl.Node.RemoveMember(ctx, a.ID))
+	c.Wipe(a.Index)
+	cfg := c.Config(a.Index)
+	cfg.Peers, cfg.Join = nil, []string{nl.Addr}
+	c.SetConfig(a.Index, cfg)
+	c.Start(a.Index)
+	require.Eventually(t, func() bool {
+		st, err := nl.Node.Cluster()
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == a.ID {
+				return m.Voter
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "the rejoined node is promoted to voter once it caught up")
+	got, err := a.Node.Allocate(ctx, "ip", "", "after-rejoin", 0, "")
+	require.NoError(t, err)
+	assert.NotContains(t, acked, got[0].Value, "a value acknowledged before is not handed out again")
+}
+
+// TestDiskLostRightAfterFirstEntries: a founder whose disk is lost as
+// soon as the cluster formed (it may have acknowledged its first entries)
+// refuses to start, and so does one that comes back with --join.
+func TestDiskLostRightAfterFirstEntries(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	c.Kill(1)
+	c.Wipe(1)
+	err := c.TryStart(1)
+	require.ErrorIs(t, err, node.ErrStorage, "with --peers")
+	c.Wipe(1)
+	cfg := c.Config(1)
+	cfg.Peers, cfg.Join = nil, []string{c.Members[0].Addr, c.Members[2].Addr}
+	c.SetConfig(1, cfg)
+	err = c.TryStart(1)
+	require.ErrorIs(t, err, node.ErrStorage, "with --join")
+	assert.Contains(t, err.Error(), "its data is gone")
+	l := waitPools(t, c)
+	_, err = l.Node.Allocate(ctxT(t, 10*time.Second), "ip", "", "two-left", 0, "")
+	require.NoError(t, err, "the two others go on")
+}
+
+// TestMistakenJoin: a node that started on its own (and so founded a
+// cluster of its own) is not added: 409 NodeNotEmpty, membership
+// unchanged, and no Raft traffic crosses between the two clusters.
+func TestMistakenJoin(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	bare := cluster.New(t, 1, cluster.Options{Pools: testPools})
+	other := waitPools(t, bare)
+	require.Eventually(t, func() bool { return other.Node.ClusterID() != "" }, 10*time.Second, 20*time.Millisecond)
+	ctx := ctxT(t, 10*time.Second)
+	before, err := l.Node.Cluster()
+	require.NoError(t, err)
+	f := follower(c, l)
+	err = f.Node.AddMember(ctx, fsm.Member{ID: other.ID, RaftAddr: other.Addr, APIAddr: "api-bare"})
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, fsm.CodeNodeNotEmpty, fe.Code)
+	require.NotNil(t, fe.Node)
+	assert.Equal(t, other.Node.ClusterID(), fe.Node.ClusterID)
+	assert.Positive(t, fe.Node.LastIndex)
+	after, err := l.Node.Cluster()
+	require.NoError(t, err)
+	assert.Equal(t, before.Members, after.Members, "membership unchanged")
+	assert.True(t, other.Node.IsLeader(), "the bare node still leads its own cluster")
+	for _, m := range l.Node.LocalState().Members() {
+		assert.NotEqual(t, other.Addr, m.RaftAddr, "no member row for it")
+	}
+}
+
+// TestReadiness: a restarted follower is not ready while it has not
+// applied the leader's commit index, whatever its own Raft believes.
+func TestReadiness(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	require.Eventually(t, func() bool { return f.Node.Readiness().Ready }, 10*time.Second, 20*time.Millisecond)
+	c.Kill(f.Index)
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < 50; i++ {
+		_, err := l.Node.Allocate(ctx, "port", "", "while-down", 0, "")
+		require.NoError(t, err)
+	}
+	hold := make(chan struct{})
+	cfg := c.Config(f.Index)
+	cfg.OnApply = func(int, []*fsm.Result) { <-hold } // the restarted state machine stalls
+	c.SetConfig(f.Index, cfg)
+	c.Start(f.Index)
+	require.Eventually(t, func() bool {
+		r := f.Node.Readiness()
+		return r.Reason == node.ReasonCatchingUp && r.Detail != "" && !r.Ready
+	}, 10*time.Second, 10*time.Millisecond, "catching up: %+v", f.Node.Readiness())
+	close(hold)
+	require.Eventually(t, func() bool { return f.Node.Readiness().Ready }, 10*time.Second, 20*time.Millisecond)
+}
