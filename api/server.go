@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -92,21 +93,21 @@ func NewServer(s Store, opts Options) *Server {
 func (srv *Server) routes() {
 	m := srv.mux
 	m.HandleFunc("GET /v1/pools", srv.listPools)
-	m.HandleFunc("PUT /v1/pools/{name}", srv.createPool)
+	m.HandleFunc("PUT /v1/pools/{name}", accepts(jsonType, srv.createPool))
 	m.HandleFunc("GET /v1/pools/{name}", srv.getPool)
-	m.HandleFunc("DELETE /v1/pools/{name}", srv.deletePool)
+	m.HandleFunc("DELETE /v1/pools/{name}", accepts(jsonType, srv.deletePool))
 	m.HandleFunc("GET /v1/pools/{name}/rangeallocation", srv.rangeAllocation)
-	m.HandleFunc("POST /v1/pools/{name}/allocations", srv.allocate)
+	m.HandleFunc("POST /v1/pools/{name}/allocations", accepts(jsonType, srv.allocate))
 	m.HandleFunc("GET /v1/pools/{name}/allocations", srv.listAllocations)
 	m.HandleFunc("GET /v1/pools/{name}/allocations/{value}", srv.getAllocation)
-	m.HandleFunc("DELETE /v1/pools/{name}/allocations/{value}", srv.release)
-	m.HandleFunc("POST /v1/txn", srv.txn)
+	m.HandleFunc("DELETE /v1/pools/{name}/allocations/{value}", accepts(jsonType, srv.release))
+	m.HandleFunc("POST /v1/txn", accepts(jsonType, srv.txn))
 	m.HandleFunc("GET /v1/cluster", srv.cluster)
-	m.HandleFunc("POST /v1/cluster/members", srv.addMember)
-	m.HandleFunc("DELETE /v1/cluster/members/{id}", srv.removeMember)
-	m.HandleFunc("POST /v1/cluster/leader-transfer", srv.transfer)
+	m.HandleFunc("POST /v1/cluster/members", accepts(jsonType, srv.addMember))
+	m.HandleFunc("DELETE /v1/cluster/members/{id}", accepts(jsonType, srv.removeMember))
+	m.HandleFunc("POST /v1/cluster/leader-transfer", accepts(jsonType, srv.transfer))
 	m.HandleFunc("GET /v1/snapshot", srv.backup)
-	m.HandleFunc("POST /v1/snapshot/restore", srv.restore)
+	m.HandleFunc("POST /v1/snapshot/restore", accepts(backupType, srv.restore))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	m.HandleFunc("GET /readyz", srv.ready)
 	m.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -117,6 +118,31 @@ func (srv *Server) routes() {
 		m.Handle("GET /metrics", srv.metrics.Handler())
 	}
 	m.HandleFunc("/", srv.notFound)
+}
+
+// Media types of request bodies.
+const (
+	jsonType   = "application/json"
+	backupType = "application/octet-stream" // POST /v1/snapshot/restore
+)
+
+// accepts wraps every write's handler: a request that carries a body must
+// say it is of mediaType (parameters such as charset are allowed), else it
+// is refused with 415 before the node is called. A write without a body
+// needs no Content-Type. (A body of unknown length, chunked, counts as
+// one.)
+func accepts(mediaType string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			ct := r.Header.Get("Content-Type")
+			if got, _, err := mime.ParseMediaType(ct); err != nil || got != mediaType {
+				writeError(w, &apiError{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+					fmt.Sprintf("Content-Type %q: %s %s takes %s", ct, r.Method, r.URL.Path, mediaType)})
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // notFound answers a path the API does not have (404), or a method the
