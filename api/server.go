@@ -236,11 +236,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decode reads a JSON body strictly: at most MaxBody bytes, no unknown
-// fields, nothing after the object.
+// fields, nothing after the object. A body that cannot be read whole (cut
+// short by the client, or too slow for the server's read timeout) is bad
+// input, like one that does not parse.
 func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
 		return err
+	}
+	if err != nil {
+		return badRequest("cannot read the body: " + err.Error())
 	}
 	if optional && len(bytes.TrimSpace(body)) == 0 {
 		return nil

@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -425,6 +427,33 @@ func TestContentType(t *testing.T) {
 	assert.Equal(t, 2, p.Used, "the refused writes changed nothing: 30500, and 30001 of the accepted ones")
 	_, err = e.c.Pool(ctx(t), "p", client.Options{})
 	assert.Equal(t, "PoolNotFound", code(err))
+}
+
+// TestBodyCutShort: a client that announces more body than it sends, then
+// stops sending, gets 400, not a server error.
+func TestBodyCutShort(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ name, head, body string }{
+		{"allocate", "POST /v1/pools/nodeport/allocations HTTP/1.1\r\nContent-Type: application/json\r\n", `{"owner":`},
+		{"restore", "POST /v1/snapshot/restore HTTP/1.1\r\nContent-Type: application/octet-stream\r\n", "\x89RAS\r\n\x1a\n\x00\x00\x00\x01"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+			require.NoError(t, err)
+			defer c.Close()
+			_, err = fmt.Fprintf(c, "%sHost: rangealloc\r\nContent-Length: %d\r\n\r\n%s", tc.head, len(tc.body)+100, tc.body)
+			require.NoError(t, err)
+			require.NoError(t, c.(*net.TCPConn).CloseWrite(), "the client stops sending")
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var eb api.ErrorBody
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%+v", eb)
+			assert.Equal(t, api.CodeInvalidArgument, eb.Error.Code)
+		})
+	}
 }
 
 func TestOperations(t *testing.T) {

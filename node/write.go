@@ -95,7 +95,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return fmt.Errorf("read backup: %w", err)
+		return fmt.Errorf("%w: cannot read it: %w", ErrInvalidBackup, err)
 	}
 	index, err := fsm.ValidateBackup(bytes.NewReader(data))
 	if err != nil {
