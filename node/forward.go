@@ -418,11 +418,11 @@ func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
 // Restore restores a forwarded backup.
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
-		index, err := fsm.ValidateBackup(bytes.NewReader(data))
+		b, err := fsm.ReadBackup(bytes.NewReader(data))
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+			return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 		}
-		return s.n.restoreOnLeader(data, index)
+		return s.n.restoreOnLeader(b)
 	})
 }
 

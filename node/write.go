@@ -90,26 +90,38 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-// Restore replaces the whole cluster's state with a backup. The backup is
-// validated completely first; an invalid one changes nothing.
+// Restore replaces the whole cluster's state with a backup: its pools,
+// allocations, owners and request IDs. The cluster's member table stays
+// as it is (the backup's belongs to the cluster it was taken from). The
+// backup is validated completely first; an invalid one changes nothing.
 func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return fmt.Errorf("%w: cannot read it: %w", ErrInvalidBackup, err)
 	}
-	index, err := fsm.ValidateBackup(bytes.NewReader(data))
+	b, err := fsm.ReadBackup(bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+		return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 	}
-	return n.onLeader(ctx, "Restore", data, nil, func() error { return n.restoreOnLeader(data, index) })
+	return n.onLeader(ctx, "Restore", data, nil, func() error { return n.restoreOnLeader(b) })
 }
 
-// restoreOnLeader hands a validated backup to Raft, which installs it on
-// every node. The log index moves past the backup's own index, so
-// revisions stay increasing across the restore.
-func (n *Node) restoreOnLeader(data []byte, index uint64) error {
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Size: int64(len(data))}
-	if err := n.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+// restoreOnLeader hands a checked backup to Raft, which installs it on
+// every node, with the cluster's member table in place of the backup's.
+// The log index moves past the backup's own index, so revisions stay
+// increasing across the restore.
+func (n *Node) restoreOnLeader(b *fsm.Backup) error {
+	// The member table must be the cluster's latest: a barrier makes the
+	// state machine apply everything committed before it is read.
+	if err := n.raft.Barrier(0).Error(); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	var data bytes.Buffer
+	if err := b.Write(&data, n.fsm.Members()); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Index(), Size: int64(data.Len())}
+	if err := n.raft.Restore(meta, &data, time.Minute); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The backup's header carries the index of the cluster it came from.
