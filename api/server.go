@@ -33,6 +33,11 @@ const (
 	MaxLimit       = 10000
 )
 
+// RestoreReadTimeout is how long a restore may take to upload its body
+// (1 GiB at 1.8 MB/s): its handler extends the server's read deadline,
+// which is sized for JSON bodies, to this.
+const RestoreReadTimeout = 10 * time.Minute
+
 // Store is what the API needs of a node; *node.Node implements it.
 type Store interface {
 	ID() string
@@ -215,6 +220,10 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 	}
 	return s.ResponseWriter.Write(p)
 }
+
+// Unwrap lets http.ResponseController reach the connection (a restore
+// extends its read deadline).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Flush lets streamed answers reach the client as they are written.
 func (s *statusRecorder) Flush() {

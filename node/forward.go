@@ -415,7 +415,9 @@ func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
 	return nil
 }
 
-// Restore restores a forwarded backup.
+// Restore restores a forwarded backup. It arrives whole, as net/rpc
+// carries arguments; the follower checked it before it sent it, so only a
+// valid backup, as large as the state it holds, travels (Node.Restore).
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
 		b, err := fsm.ReadBackup(bytes.NewReader(data))

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -189,4 +193,60 @@ func TestHTTPLimitsValidate(t *testing.T) {
 	require.ErrorContains(t, l.validate(), "--max-connections 0")
 	_, err := listenHTTP("127.0.0.1:0", l)
 	require.Error(t, err, "nothing is opened with a bad limit")
+}
+
+// slowReader hands out its bytes in pieces, pausing before each.
+type slowReader struct {
+	data  []byte
+	piece int
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(s.pause)
+	n := copy(p[:min(len(p), s.piece)], s.data)
+	s.data = s.data[n:]
+	return n, nil
+}
+
+// TestRestoreOutlivesReadTimeout: a restore's upload may take longer than
+// the read timeout sized for JSON bodies; the restore handler extends it.
+func TestRestoreOutlivesReadTimeout(t *testing.T) {
+	cfg := node.DefaultConfig()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg.RaftAddr = ln.Addr().String()
+	ln.Close()
+	cfg.DataDir = t.TempDir()
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Pools = []node.PoolSpec{{Name: "nodeport", Range: "30000-32767"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := node.Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	require.NoError(t, n.WaitForLeader(ctx))
+	require.Eventually(t, func() bool {
+		ps, err := n.Pools(ctx, node.Linearizable)
+		return err == nil && len(ps) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	var backup bytes.Buffer
+	require.NoError(t, n.Backup(ctx, &backup))
+
+	l := testLimits()
+	addr, _ := serveLimited(t, l, api.NewServer(n, api.Options{}))
+	body := &slowReader{data: backup.Bytes(), piece: max(1, backup.Len()/8), pause: l.ReadTimeout / 4}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/snapshot/restore", body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", msg)
+	assert.Greater(t, time.Since(start), l.ReadTimeout, "the upload took longer than the read timeout")
 }
