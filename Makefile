@@ -17,7 +17,7 @@ build: ## build bin/rangealloc
 run: build ## one node with the default pools, data under ./data
 	@echo "rangealloc: HTTP API on http://127.0.0.1:7080, data in ./data. In another shell, try:"
 	@echo "  $(BIN) allocate clusterip-ipv4 --owner default/web"
-	@echo "  curl -s -XPOST -d '{\"owner\":\"default/db\"}' http://127.0.0.1:7080/v1/pools/nodeport/allocations"
+	@echo "  curl -s -XPOST -H 'Content-Type: application/json' -d '{\"owner\":\"default/db\"}' http://127.0.0.1:7080/v1/pools/nodeport/allocations"
 	@echo "  $(BIN) pools"
 	$(BIN) server --data-dir ./data
 

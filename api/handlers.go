@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
@@ -289,8 +290,12 @@ func (srv *Server) backup(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// restore streams the body into the node, which checks it as it reads. The
+// upload may take up to RestoreReadTimeout (where the server allows it to
+// extend the deadline), then the restore itself ten request timeouts.
 func (srv *Server) restore(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*srv.opts.Timeout)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(RestoreReadTimeout))
+	ctx, cancel := context.WithTimeout(r.Context(), RestoreReadTimeout+10*srv.opts.Timeout)
 	defer cancel()
 	if err := srv.s.Restore(ctx, http.MaxBytesReader(w, r.Body, MaxRestoreBody)); err != nil {
 		writeError(w, err)

@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -43,7 +45,7 @@ type validating struct {
 
 func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
 	var reqBody []byte
-	if req.Body != nil {
+	if req.Body != nil && req.Body != http.NoBody { // an empty body stays none, not chunked
 		reqBody, _ = io.ReadAll(req.Body)
 		req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	}
@@ -117,13 +119,21 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// raw sends a request and returns the status and decoded error code.
+// raw sends a request and returns the status and decoded error code. A
+// body goes as application/json unless hdr says otherwise; an empty value
+// in hdr leaves that header out.
 func (e *env) raw(t *testing.T, method, path, body string, hdr map[string]string) (int, string, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := e.hc.Do(req)
@@ -361,7 +371,7 @@ func TestBadInput(t *testing.T) {
 		{"member without id", "POST", "/v1/cluster/members", `{"raftAddr":"127.0.0.1:1"}`, nil, 400, "InvalidArgument"},
 		{"remove unknown member", "DELETE", "/v1/cluster/members/nope", "", nil, 404, "MemberNotFound"},
 		{"transfer unknown field", "POST", "/v1/cluster/leader-transfer", `{"who":"x"}`, nil, 400, "InvalidArgument"},
-		{"restore garbage", "POST", "/v1/snapshot/restore", "not a snapshot", nil, 400, "InvalidArgument"},
+		{"restore garbage", "POST", "/v1/snapshot/restore", "not a snapshot", octetStream, 400, "InvalidArgument"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -371,6 +381,85 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	assert.Equal(t, was, snapshot(), "bad input changed nothing")
+}
+
+var octetStream = map[string]string{"Content-Type": "application/octet-stream"}
+
+// TestContentType: a write that carries a body must say it is JSON (a
+// restore: application/octet-stream), else 415 and nothing changes; a
+// write without a body needs no Content-Type.
+func TestContentType(t *testing.T) {
+	e := newEnv(t)
+	_, _, err := e.c.Allocate(ctx(t), "nodeport", "30500", "keep", client.Options{})
+	require.NoError(t, err)
+	ct := func(v string) map[string]string { return map[string]string{"Content-Type": v} }
+	cases := []struct {
+		name, method, path, body string
+		hdr                      map[string]string
+		status                   int
+		code                     string
+	}{
+		{"allocate as text", "POST", "/v1/pools/nodeport/allocations", `{"owner":"a"}`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"allocate without Content-Type", "POST", "/v1/pools/nodeport/allocations", `{"owner":"a"}`, ct(""), 415, "UnsupportedMediaType"},
+		{"allocate as a form", "POST", "/v1/pools/nodeport/allocations", `owner=a`, ct("application/x-www-form-urlencoded"), 415, "UnsupportedMediaType"},
+		{"allocate as JSON-ish", "POST", "/v1/pools/nodeport/allocations", `{"owner":"a"}`, ct("application/jsonx"), 415, "UnsupportedMediaType"},
+		{"allocate, bad media type", "POST", "/v1/pools/nodeport/allocations", `{"owner":"a"}`, ct("application/json; charset"), 415, "UnsupportedMediaType"},
+		{"create pool as text", "PUT", "/v1/pools/p", `{"range":"10.0.0.0/24"}`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"delete pool with a text body", "DELETE", "/v1/pools/nodeport", `x`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"release with a text body", "DELETE", "/v1/pools/nodeport/allocations/30500", `x`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"txn as text", "POST", "/v1/txn", `{"ops":[{"op":"release","pool":"nodeport","value":"30500"}]}`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"add member as text", "POST", "/v1/cluster/members", `{"id":"x","raftAddr":"127.0.0.1:1"}`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"remove member with a text body", "DELETE", "/v1/cluster/members/nope", `x`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"transfer as text", "POST", "/v1/cluster/leader-transfer", `{}`, ct("text/plain"), 415, "UnsupportedMediaType"},
+		{"restore as JSON", "POST", "/v1/snapshot/restore", `{}`, nil, 415, "UnsupportedMediaType"},
+		{"restore without Content-Type", "POST", "/v1/snapshot/restore", `x`, ct(""), 415, "UnsupportedMediaType"},
+		// Accepted: the handler judges the body.
+		{"JSON with a charset", "POST", "/v1/pools/nodeport/allocations", `{"value":"30001"}`, ct("application/json; charset=utf-8"), 201, ""},
+		{"JSON in capitals", "POST", "/v1/pools/nodeport/allocations", `{"value":"30002"}`, ct("Application/JSON"), 201, ""},
+		{"release without a body", "DELETE", "/v1/pools/nodeport/allocations/30002", "", nil, 204, ""},
+		{"allocate without a body", "POST", "/v1/pools/nodeport/allocations", "", nil, 400, "InvalidArgument"}, // its body is required
+		{"delete pool without a body", "DELETE", "/v1/pools/nope", "", nil, 404, "PoolNotFound"},
+		{"restore garbage", "POST", "/v1/snapshot/restore", `x`, octetStream, 400, "InvalidArgument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, c, body := e.raw(t, tc.method, tc.path, tc.body, tc.hdr)
+			assert.Equal(t, tc.status, status, "%s", body)
+			assert.Equal(t, tc.code, c, "%s", body)
+		})
+	}
+	p, err := e.c.Pool(ctx(t), "nodeport", client.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, p.Used, "the refused writes changed nothing: 30500, and 30001 of the accepted ones")
+	_, err = e.c.Pool(ctx(t), "p", client.Options{})
+	assert.Equal(t, "PoolNotFound", code(err))
+}
+
+// TestBodyCutShort: a client that announces more body than it sends, then
+// stops sending, gets 400, not a server error.
+func TestBodyCutShort(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ name, head, body string }{
+		{"allocate", "POST /v1/pools/nodeport/allocations HTTP/1.1\r\nContent-Type: application/json\r\n", `{"owner":`},
+		{"restore", "POST /v1/snapshot/restore HTTP/1.1\r\nContent-Type: application/octet-stream\r\n", "\x89RAS\r\n\x1a\n\x00\x00\x00\x01"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+			require.NoError(t, err)
+			defer c.Close()
+			_, err = fmt.Fprintf(c, "%sHost: rangealloc\r\nContent-Length: %d\r\n\r\n%s", tc.head, len(tc.body)+100, tc.body)
+			require.NoError(t, err)
+			require.NoError(t, c.(*net.TCPConn).CloseWrite(), "the client stops sending")
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var eb api.ErrorBody
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%+v", eb)
+			assert.Equal(t, api.CodeInvalidArgument, eb.Error.Code)
+		})
+	}
 }
 
 func TestOperations(t *testing.T) {

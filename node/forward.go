@@ -418,13 +418,15 @@ func (s *rpcService) Probe(_ *wire.ProbeArgs, reply *wire.ProbeReply) error {
 	return nil
 }
 
-// Restore restores a forwarded backup.
+// Restore restores a forwarded backup. It arrives whole, as net/rpc
+// carries arguments; the follower checked it before it sent it, so only a
+// valid backup, as large as the state it holds, travels (Node.Restore).
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
-		index, err := fsm.ValidateBackup(bytes.NewReader(data))
+		b, err := fsm.ReadBackup(bytes.NewReader(data))
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+			return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 		}
-		return s.n.restoreOnLeader(data, index)
+		return s.n.restoreOnLeader(b)
 	})
 }

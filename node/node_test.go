@@ -140,7 +140,14 @@ func TestBackupRestore(t *testing.T) {
 	var backup bytes.Buffer
 	require.NoError(t, src.Backup(ctx, &backup))
 
-	dst := openReady(t, testConfig(t, t.TempDir()))
+	dstDir := t.TempDir()
+	dst := openReady(t, testConfig(t, dstDir))
+	noTemp := func() {
+		t.Helper()
+		tmp, err := filepath.Glob(filepath.Join(dstDir, "restore-*.tmp"))
+		require.NoError(t, err)
+		assert.Empty(t, tmp, "a restore leaves no temp file")
+	}
 	_, err = dst.Allocate(ctx, "nodeport", "30000", "to-be-replaced", 0, "")
 	require.NoError(t, err)
 
@@ -148,11 +155,13 @@ func TestBackupRestore(t *testing.T) {
 	bad[len(bad)/2] ^= 0xff
 	err = dst.Restore(ctx, bytes.NewReader(bad))
 	require.ErrorIs(t, err, ErrInvalidBackup)
+	noTemp()
 	got, err := dst.Get(ctx, Linearizable, "nodeport", "30000")
 	require.NoError(t, err, "a refused backup changes nothing")
 	assert.Equal(t, "to-be-replaced", got.Owner)
 
 	require.NoError(t, dst.Restore(ctx, bytes.NewReader(backup.Bytes())))
+	noTemp()
 	_, err = dst.Get(ctx, Linearizable, "nodeport", "30000")
 	if !errors.Is(err, &fsm.Error{Code: fsm.CodeNotAllocated}) {
 		got, _ := dst.Get(ctx, Linearizable, "nodeport", "30000")

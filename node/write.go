@@ -3,8 +3,10 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -90,30 +92,82 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-// Restore replaces the whole cluster's state with a backup. The backup is
-// validated completely first; an invalid one changes nothing.
+// Restore replaces the whole cluster's state with a backup read from r:
+// its pools, allocations, owners and request IDs. The cluster's member
+// table stays as it is (the backup's belongs to the cluster it was taken
+// from). The backup is decoded and checked as it streams, its magic and
+// format version first, so that a stream of something else fails after
+// its first read; an invalid or unreadable one (ErrInvalidBackup) changes
+// nothing. The leader holds the decoded state, not the stream's bytes,
+// and writes it to a temp file for Raft (restoreOnLeader); a follower
+// forwards a valid backup whole.
 func (n *Node) Restore(ctx context.Context, r io.Reader) error {
-	data, err := io.ReadAll(r)
+	b, err := fsm.ReadBackup(ctxReader{ctx, r})
 	if err != nil {
-		return fmt.Errorf("read backup: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 	}
-	index, err := fsm.ValidateBackup(bytes.NewReader(data))
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidBackup, err)
+	if n.IsLeader() {
+		err := n.restoreOnLeader(b)
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+			answeredBy(ctx, n.id, err)
+			return err
+		}
 	}
-	return n.onLeader(ctx, "Restore", data, nil, func() error { return n.restoreOnLeader(data, index) })
+	// The leader is elsewhere (or this node just lost the lead). net/rpc
+	// carries arguments whole, so the backup travels to the leader as one
+	// []byte: a follower holds a valid backup's bytes in memory while it
+	// forwards it. Invalid input never gets this far. The leader puts its
+	// member table in; this node's goes along for a leader that does not.
+	var data bytes.Buffer
+	if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID()); err != nil {
+		return err
+	}
+	return n.onLeader(ctx, "Restore", data.Bytes(), nil, func() error { return n.restoreOnLeader(b) })
 }
 
-// restoreOnLeader hands a validated backup to Raft, which installs it on
-// every node. The log index moves past the backup's own index, so
-// revisions stay increasing across the restore.
-func (n *Node) restoreOnLeader(data []byte, index uint64) error {
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Size: int64(len(data))}
-	if err := n.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+// restoreOnLeader hands a checked backup to Raft, which installs it on
+// every node, with the cluster's member table in place of the backup's.
+// The backup goes through a temp file, restore-*.tmp in the data dir,
+// removed whatever happens. The log index moves past the backup's own
+// index, so revisions stay increasing across the restore.
+func (n *Node) restoreOnLeader(b *fsm.Backup) error {
+	// The member table must be the cluster's latest: a barrier makes the
+	// state machine apply everything committed before it is read.
+	if err := n.raft.Barrier(0).Error(); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := b.Write(f, n.fsm.Members(), n.fsm.ClusterID()); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Index(), Size: size}
+	if err := n.raft.Restore(meta, io.NewSectionReader(f, 0, size), time.Minute); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The backup's header carries the index of the cluster it came from.
 	// An empty entry makes the state machine's applied index this log's
 	// again, which linearizable reads wait on.
 	return n.raft.Apply(fsm.EncodeBatch(nil), 0).Error()
+}
+
+// ctxReader reads from r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	_ "net/http/pprof" // served only with --pprof
 	"net/netip"
@@ -32,6 +31,7 @@ type serverFlags struct {
 	pprof                                             bool
 	requestTimeout                                    time.Duration
 	tuning                                            node.Config // Raft and snapshot tuning
+	http                                              httpLimits
 }
 
 func newServerCmd() *cobra.Command {
@@ -74,6 +74,9 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP address")
 	fl.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second,
 		"how long an API request may wait for the leader, including while there is none (then 503 NoLeader, or Unavailable for a write of unknown outcome)")
+	f.http = defaultHTTPLimits()
+	fl.IntVar(&f.http.MaxConnections, "max-connections", f.http.MaxConnections,
+		"client connections served at once; more wait in the kernel's accept queue until one closes")
 	f.tuning = node.DefaultConfig()
 	fl.DurationVar(&f.tuning.HeartbeatTimeout, "heartbeat-timeout", f.tuning.HeartbeatTimeout, "Raft heartbeat timeout (advanced)")
 	fl.DurationVar(&f.tuning.ElectionTimeout, "election-timeout", f.tuning.ElectionTimeout, "Raft election timeout (advanced)")
@@ -176,9 +179,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if err := exportRaftMetrics(metrics); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.httpAddr)
+	ln, err := listenHTTP(f.httpAddr, f.http)
 	if err != nil {
-		return fmt.Errorf("--http-addr: %w", err)
+		return err
 	}
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
@@ -193,7 +196,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(handler, f.http)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("serving", "id", n.ID(), "http", ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir)

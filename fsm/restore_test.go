@@ -1,0 +1,77 @@
+package fsm
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/rangealloc/rangealloc/snapshot"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBackupKeepsMembers: a backup written for a restore carries the
+// given member table and everything else of the original.
+func TestBackupKeepsMembers(t *testing.T) {
+	src := newHarness(t)
+	src.pool("ports", "30000-30099")
+	keyed := txn(alloc("ports", "30001", "a"))
+	keyed.ID = "key-1"
+	require.Nil(t, src.one(keyed).Err)
+	src.one(&Request{Kind: KindSetMember, Member: Member{ID: "old-1", RaftAddr: "10.0.0.1:7081", APIAddr: "10.0.0.1:7080"}})
+	src.one(&Request{Kind: KindSetClusterID, ClusterID: "cluster-of-the-backup"})
+	var backup bytes.Buffer
+	require.NoError(t, src.f.WriteBackup(&backup))
+
+	b, err := ReadBackup(bytes.NewReader(backup.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, src.index, b.Index())
+	here := []Member{{ID: "n2", RaftAddr: "127.0.0.1:2", APIAddr: "127.0.0.1:12"}, {ID: "n1", RaftAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:11"}}
+	var out bytes.Buffer
+	require.NoError(t, b.Write(&out, here, "this-cluster"))
+
+	dst := New(nil)
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))
+	assert.Equal(t, []Member{here[1], here[0]}, dst.Members(), "this cluster's members, not the backup's")
+	assert.Equal(t, "this-cluster", dst.ClusterID(), "and this cluster's ID")
+	assert.Equal(t, dump(src.f), dump(dst), "the pools and allocations of the backup")
+	_, ok := dst.RequestResult("key-1")
+	assert.True(t, ok, "and its request IDs")
+
+	var again bytes.Buffer
+	require.NoError(t, b.Write(&again, src.f.Members(), src.f.ClusterID()))
+	assert.Equal(t, backup.Bytes(), again.Bytes(), "with its own members and ID, the backup as it was")
+}
+
+// TestReadBackupRejects: what is not a backup fails with the snapshot
+// package's error, from its first bytes when it is not a snapshot at all.
+func TestReadBackupRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, snapshot.ErrCorrupt},
+		{"zeros", make([]byte, 1<<20), snapshot.ErrMagic},
+		{"another version", []byte("\x89RAS\r\n\x1a\n\x00\x00\x00\x09"), snapshot.ErrVersion},
+		{"a header then zeros", append([]byte("\x89RAS\r\n\x1a\n\x00\x00\x00\x01"), make([]byte, 1<<20)...), snapshot.ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &countingReader{r: bytes.NewReader(tc.in)}
+			_, err := ReadBackup(r)
+			require.ErrorIs(t, err, tc.want)
+			assert.LessOrEqual(t, r.n, 64<<10, "it stops reading at the first bad byte")
+		})
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}

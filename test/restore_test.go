@@ -1,0 +1,69 @@
+package test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRestoreKeepsMembers: a backup taken from another cluster brings its
+// pools and allocations, and this cluster's member table and cluster ID
+// stay, so every member still shows its API address and the nodes still
+// talk to each other. Restored through a follower (forwarded to the
+// leader), then through the leader.
+func TestRestoreKeepsMembers(t *testing.T) {
+	other := cluster.New(t, 1, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.APIAddr = "elsewhere-" + cfg.ID }})
+	src := waitPools(t, other)
+	ctx := ctxT(t, 60*time.Second)
+	held, err := src.Node.Allocate(ctx, "ip", "", "from-backup", 3, "")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, ok := src.Node.LocalState().Member(src.ID)
+		return ok && m.APIAddr == "elsewhere-"+src.ID
+	}, 10*time.Second, 20*time.Millisecond, "the other cluster's member table")
+	var backup bytes.Buffer
+	require.NoError(t, src.Node.Backup(ctx, &backup))
+
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	withAPI := func(m *cluster.Member) bool {
+		st, err := m.Node.Cluster()
+		if err != nil || len(st.Members) != 3 {
+			return false
+		}
+		for _, row := range st.Members {
+			if row.APIAddr != "api-"+row.ID {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return withAPI(l) }, 10*time.Second, 20*time.Millisecond, "every member has its API address")
+	want := l.Node.LocalState().Members()
+	require.Eventually(t, func() bool { return src.Node.ClusterID() != "" && l.Node.ClusterID() != "" }, 10*time.Second, 20*time.Millisecond)
+	id := l.Node.ClusterID()
+	require.NotEqual(t, src.Node.ClusterID(), id)
+
+	for _, via := range []*cluster.Member{follower(c, l), l} {
+		require.NoError(t, via.Node.Restore(ctx, bytes.NewReader(backup.Bytes())), "restore through %s", via.ID)
+		for _, a := range held {
+			got, err := via.Node.Get(ctx, node.Linearizable, "ip", a.Value)
+			require.NoError(t, err)
+			assert.Equal(t, "from-backup", got.Owner, "the backup's allocations")
+		}
+		for _, m := range c.Live() {
+			require.Eventually(t, func() bool { return withAPI(m) }, 10*time.Second, 20*time.Millisecond,
+				"%s shows every member with its API address after a restore through %s: %+v", m.ID, via.ID, m.Node.LocalState().Members())
+			assert.Equal(t, want, m.Node.LocalState().Members(), "%s keeps the member table", m.ID)
+			assert.Equal(t, id, m.Node.LocalState().ClusterID(), "%s keeps the cluster ID", m.ID)
+			assert.Equal(t, id, m.Node.ClusterID())
+		}
+		_, err := via.Node.Allocate(ctx, "ip", "", "after-restore", 1, "")
+		require.NoError(t, err, "writes go on")
+	}
+}
