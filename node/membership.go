@@ -180,15 +180,23 @@ func (n *Node) probeAll(ctx context.Context, peers []Peer) []probeResult {
 	return out
 }
 
-// probe asks the node at addr about itself.
+// probe asks the node at addr about itself. A pooled connection to a
+// process that has since died fails at once; the probe then tries once
+// more on a fresh one.
 func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var reply wire.ProbeReply
-	if _, err := n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id}, &reply, nil); err != nil {
-		return nil, err
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var reply wire.ProbeReply
+		if _, err = n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id}, &reply, nil); err == nil {
+			return &reply, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return &reply, nil
+	return nil, err
 }
 
 // probeReply describes this node.
@@ -222,7 +230,7 @@ func (n *Node) join(ctx context.Context) error {
 				return nil
 			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
 				return &StorageError{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
-			case errors.As(err, &fe):
+			case errors.As(err, &fe) && fe.Code == fsm.CodeNodeNotEmpty:
 				return fmt.Errorf("refusing to start: joining through %s: %w", addr, err)
 			}
 			last = err

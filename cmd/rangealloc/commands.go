@@ -223,7 +223,11 @@ func newListCmd(g *globals) *cobra.Command {
 }
 
 func clusterTable(tw *tabwriter.Writer, st api.ClusterStatus) {
-	fmt.Fprintf(tw, "answered by %s; leader %s (%s); term %d; commit %d; applied %d\n\n", st.ID, st.Leader.ID,
+	cluster := st.ClusterID
+	if cluster == "" {
+		cluster = "(not named yet)"
+	}
+	fmt.Fprintf(tw, "cluster %s; answered by %s; leader %s (%s); term %d; commit %d; applied %d\n\n", cluster, st.ID, st.Leader.ID,
 		st.Leader.APIAddr, st.Term, st.CommitIndex, st.AppliedIndex)
 	fmt.Fprintln(tw, "ID\tRAFT\tAPI\tVOTER\tLEADER")
 	for _, m := range st.Members {
@@ -253,7 +257,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(&cobra.Command{Use: "status", Short: "Show the cluster", Args: cobra.NoArgs, RunE: status},
 		&cobra.Command{
-			Use: "join ID RAFT_ADDR [HTTP_ADDR]", Short: "Add a voter", Args: cobra.RangeArgs(2, 3),
+			Use: "join ID RAFT_ADDR [HTTP_ADDR]", Short: "Add a running node without state: it joins as a non-voter and is promoted to voter once it has caught up", Args: cobra.RangeArgs(2, 3),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ctx, cancel := ctxOf(cmd)
 				defer cancel()
