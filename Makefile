@@ -6,7 +6,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 BENCH     ?= .
 
-.PHONY: help build run cluster test lint bench fuzz jepsen clean
+.PHONY: help build run cluster test lint bench fuzz jepsen mutate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ jepsen: build ## one Jepsen-style partition run, as root: SEED= DURATION=30s NEM
 	$(GO) test ./test/jepsen/ -run '^TestJepsen$$' -v -count=1 -timeout 30m -jepsen.bin=$(abspath $(BIN)) -jepsen.keep \
 	  -jepsen.seed=$(or $(SEED),$(shell date +%s)) -jepsen.duration=$(or $(DURATION),30s) -jepsen.nemesis=$(or $(NEMESIS),all) \
 	  $(if $(ARTIFACTS),-jepsen.artifacts=$(abspath $(ARTIFACTS)))
+
+mutate: ## break the code on purpose, one known-dangerous edit at a time, and prove the tests catch each (NAMES= to pick; docs/TESTING.md)
+	scripts/mutate.sh $(NAMES)
 
 clean: ## remove build output (not ./data)
 	rm -rf bin

@@ -2,6 +2,8 @@ package test
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,14 +163,18 @@ func TestReadiness(t *testing.T) {
 		require.NoError(t, err)
 	}
 	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the cluster's own cleanup halts the node
 	cfg := c.Config(f.Index)
 	cfg.OnApply = func(int, []*fsm.Result) { <-hold } // the restarted state machine stalls
 	c.SetConfig(f.Index, cfg)
 	c.Start(f.Index)
 	require.Eventually(t, func() bool {
 		r := f.Node.Readiness()
-		return r.Reason == node.ReasonCatchingUp && r.Detail != "" && !r.Ready
-	}, 10*time.Second, 10*time.Millisecond, "catching up: %+v", f.Node.Readiness())
-	close(hold)
+		return !r.Ready && r.Reason == node.ReasonCatchingUp && strings.Contains(r.Detail, "behind the leader's commit index")
+	}, 10*time.Second, 10*time.Millisecond, "catching up once it heard the leader: %+v", f.Node.Readiness())
+	require.Never(t, func() bool { return f.Node.Readiness().Ready }, 1500*time.Millisecond, 10*time.Millisecond,
+		"not ready while its state machine has not applied the leader's commit index")
+	release()
 	require.Eventually(t, func() bool { return f.Node.Readiness().Ready }, 10*time.Second, 20*time.Millisecond)
 }

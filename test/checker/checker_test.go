@@ -130,6 +130,9 @@ var historyCases = []historyCase{
 		failed(alloc(2, "99", "c", "k3", 1, 2), CodeNotInRange, ""), get(1, "1", 3, 4, "")}},
 	{name: "a get answered NotAllocated reads free", final: map[string]string{}, h: History{
 		alloc(0, "1", "a", "k1", 1, 2), release(0, "1", "a", "k2", 3, 4), failed(get(1, "1", 5, 6, ""), CodeNotAllocated, "")}},
+	{name: "retry after unknown: its one value seen by a get, a list and its release", final: map[string]string{"3": "b"}, h: History{
+		unknown(dyn(0, "a", "k1", 1, 2, "")), retry(dyn(0, "a", "k1", 0, 0, "3"), 1, 3, 4), get(1, "3", 5, 6, "a"),
+		list(2, 7, 8, map[string]string{"3": "a"}), release(0, "3", "a", "k2", 9, 10), dyn(1, "b", "k3", 11, 12, "3")}},
 	{name: "lists see allocations and releases", final: map[string]string{"2": "b"}, h: History{
 		alloc(0, "1", "a", "k1", 1, 2), dyn(1, "b", "k2", 1, 3, "2"), list(2, 4, 5, map[string]string{"1": "a", "2": "b"}),
 		release(0, "1", "a", "k3", 6, 7), list(2, 8, 9, map[string]string{"2": "b"})}},
@@ -163,14 +166,21 @@ var historyCases = []historyCase{
 		alloc(0, "1", "a", "k1", 1, 2)}},
 	{name: "acknowledged allocation overwritten", final: map[string]string{"1": "x"}, bad: []string{lostAck, phantom}, h: History{
 		dyn(0, "a", "k1", 1, 2, "1")}},
-	{name: "retry applied twice leaves a phantom", final: map[string]string{"1": "a", "2": "a"}, bad: []string{phantom}, h: History{
+	{name: "retry applied twice leaves a phantom", final: map[string]string{"1": "a", "2": "a"}, bad: []string{badRetry, phantom}, h: History{
 		unknown(dyn(0, "a", "k1", 1, 2, "")), retry(dyn(0, "a", "k1", 0, 0, "2"), 1, 3, 4)}},
-	{name: "unknown dynamic allocate holds two values", final: map[string]string{"1": "a", "2": "a"}, bad: []string{phantom}, h: History{
+	{name: "unknown dynamic allocate holds two values", final: map[string]string{"1": "a", "2": "a"}, bad: []string{badRetry, phantom}, h: History{
 		unknown(dyn(0, "a", "k1", 1, 2, "")), retry(unknown(dyn(0, "a", "k1", 0, 0, "")), 1, 3, 4)}},
 	{name: "failed allocate applied anyway", final: map[string]string{"1": "b"}, bad: []string{phantom}, h: History{
 		failed(alloc(0, "1", "b", "k1", 1, 2), "NoLeader", "")}},
 	{name: "retry answered another value", final: map[string]string{"1": "a", "2": "a"}, bad: []string{badRetry, phantom}, h: History{
 		dyn(0, "a", "k1", 1, 2, "1"), retry(dyn(0, "a", "k1", 0, 0, "2"), 1, 3, 4)}},
+	{name: "retry under a fresh request ID: a get sees the lost first value, later released", final: map[string]string{"2": "a"},
+		bad: []string{linearizes, badRetry}, h: History{
+			unknown(dyn(0, "a", "k1", 1, 2, "")), retry(dyn(0, "a", "k1", 0, 0, "2"), 1, 3, 4), get(1, "1", 5, 6, "a"),
+			release(2, "1", "", "k2", 7, 8)}},
+	{name: "node retried under a fresh request ID: one attempt, a list sees its owner hold two values",
+		final: map[string]string{"1": "a", "2": "a"}, bad: []string{linearizes, badRetry, phantom}, h: History{
+			dyn(0, "a", "k1", 1, 4, "2"), list(1, 5, 6, map[string]string{"1": "a", "2": "a"})}},
 	{name: "retry answered OK after a failure", final: map[string]string{"1": "b"}, bad: []string{linearizes, doubleOwner, lostAck, badRetry}, h: History{
 		alloc(0, "1", "a", "k1", 1, 2), failed(alloc(1, "1", "b", "k2", 3, 4), CodeAlreadyAllocated, "a"),
 		retry(alloc(1, "1", "b", "k2", 0, 0), 1, 5, 6)}},
@@ -254,9 +264,16 @@ func TestReportsNameTheOperations(t *testing.T) {
 	assert.Contains(t, rep.Problems[0], `key="k1"`)
 	assert.Contains(t, rep.Problems[0], `held by "b"`)
 
-	rep = CheckIdempotentRetries(caseNamed(t, "retry answered another value").h)
+	rep = CheckIdempotentRetries(caseNamed(t, "retry answered another value").h, nil)
 	require.False(t, rep.OK)
 	assert.Contains(t, rep.Problems[0], `key "k1" answered ok "1" (attempt 0 [1,2]), then ok "2" (attempt 1 [3,4])`)
+
+	tc = caseNamed(t, "retry under a fresh request ID: a get sees the lost first value, later released")
+	rep = CheckIdempotentRetries(tc.h, nil)
+	require.False(t, rep.OK, "the history alone shows it, without the final state")
+	require.Len(t, rep.Problems, 1)
+	assert.Contains(t, rep.Problems[0], `owner="a" key="k1"`)
+	assert.Contains(t, rep.Problems[0], `seen holding ["1" "2"]`)
 
 	_, err := CheckLinearizable(caseNamed(t, "stale read of an old owner after a completed release").h, checkTimeout, "")
 	assert.EqualError(t, err, "not linearizable: p/1")

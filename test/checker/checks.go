@@ -95,36 +95,83 @@ func CheckNoLostAck(h History, final map[string]map[string]string) Report {
 	return r.done()
 }
 
-// CheckIdempotentRetries checks that the attempts of one key that got the
-// state machine's answer (OK, or a failure it decides, such as
-// AlreadyAllocated) all got the same answer, as a retry must return the
-// first answer; and that no retry of the same request was refused with
-// IdempotencyKeyReused. Attempts are taken in call order. Checked counts
-// keys with more than one attempt.
-func CheckIdempotentRetries(h History) Report {
+// CheckIdempotentRetries checks that one request took effect at most
+// once, however often it was tried:
+//
+//   - the attempts of one key that got the state machine's answer (OK, or
+//     a failure it decides, such as AlreadyAllocated) all got the same
+//     answer, as a retry must return the first answer; and no retry of
+//     the same request was refused with IdempotencyKeyReused (attempts
+//     are taken in call order);
+//   - the owner of a dynamic allocate was never seen holding two values:
+//     in the attempts' answers, in the answers of reads and failures
+//     (observedHolds) and, when final is not nil, in the final state
+//     (pool -> value -> owner). Owners are unique to one allocate, which
+//     takes one value, so two values mean the request was applied twice:
+//     what a retry under a fresh request ID does, whether the client
+//     retried (the first attempt's answer lost) or the node did on its
+//     behalf (the client then sees one attempt, answered with the second
+//     value, and the first value is held by an owner whose answer never
+//     named it).
+//
+// Checked counts the keys with more than one attempt and the dynamic
+// allocates whose owner was seen holding a value.
+func CheckIdempotentRetries(h History, final map[string]map[string]string) Report {
 	r := newReporter("idempotent retries")
-	for _, l := range collapse(h) {
-		if l.Key == "" || len(l.attempts) < 2 {
+	ls := collapse(h)
+	held := observedHolds(ls)
+	for pool, values := range final {
+		for value, owner := range values {
+			seeHeld(held, pool, owner, value)
+		}
+	}
+	for _, l := range ls {
+		retried := l.Key != "" && len(l.attempts) > 1
+		if retried {
+			r.Checked++
+			compareAttempts(r, l)
+		}
+		if l.Kind != KindAllocate || l.Value != "" {
 			continue
 		}
-		r.Checked++
-		var first *Op
-		for i := range l.attempts {
-			a := &l.attempts[i]
-			switch {
-			case a.Outcome == Fail && a.Err == CodeIdempotencyKeyReused && sameRequest(*a, l.attempts[0]):
-				r.problem("key %q: attempt %d [%d,%d] was refused IdempotencyKeyReused, though it repeats the request of %s",
-					a.Key, a.Attempt, a.Call, a.Return, l)
-			case !answered(*a):
-			case first == nil:
-				first = a
-			case answer(*a) != answer(*first):
-				r.problem("key %q answered %s (attempt %d [%d,%d]), then %s (attempt %d [%d,%d]): %s", a.Key,
-					answer(*first), first.Attempt, first.Call, first.Return, answer(*a), a.Attempt, a.Call, a.Return, l)
+		values := map[string]bool{}
+		for v := range held[poolOwner{l.Pool, l.Owner}] {
+			values[v] = true
+		}
+		for _, a := range l.attempts {
+			if a.Outcome == OK && a.Result != "" {
+				values[a.Result] = true
 			}
+		}
+		if len(values) > 0 && !retried {
+			r.Checked++
+		}
+		if len(values) > 1 {
+			r.problem("%s: its owner was seen holding %q, but an allocate takes one value: the request was applied more than once (a retry under another request ID?)",
+				l, sortedKeys(values))
 		}
 	}
 	return r.done()
+}
+
+// compareAttempts reports the attempts of l's key that answered unlike the
+// first answered one, and the retries refused as a reused key.
+func compareAttempts(r *reporter, l logical) {
+	var first *Op
+	for i := range l.attempts {
+		a := &l.attempts[i]
+		switch {
+		case a.Outcome == Fail && a.Err == CodeIdempotencyKeyReused && sameRequest(*a, l.attempts[0]):
+			r.problem("key %q: attempt %d [%d,%d] was refused IdempotencyKeyReused, though it repeats the request of %s",
+				a.Key, a.Attempt, a.Call, a.Return, l)
+		case !answered(*a):
+		case first == nil:
+			first = a
+		case answer(*a) != answer(*first):
+			r.problem("key %q answered %s (attempt %d [%d,%d]), then %s (attempt %d [%d,%d]): %s", a.Key,
+				answer(*first), first.Attempt, first.Call, first.Return, answer(*a), a.Attempt, a.Call, a.Return, l)
+		}
+	}
 }
 
 // answer describes an answered attempt's answer, for comparing.

@@ -13,7 +13,7 @@
 // the first attempt's call to the last one's return, answered by the
 // first OK attempt, else by the first failure the state machine decided,
 // else Unknown if any attempt was. The checkers judge logical operations,
-// except CheckIdempotentRetries, which compares the attempts.
+// except CheckIdempotentRetries, which also compares the attempts.
 //
 // The checkers, each returning what it found:
 //
@@ -31,7 +31,9 @@
 //   - CheckNoLostAck: every acknowledged allocation that no release could
 //     have freed is in the final state, with its owner.
 //   - CheckIdempotentRetries: every answered attempt of a key got the same
-//     answer.
+//     answer, and no dynamic allocate's owner was seen (in answers, reads
+//     or the final state) holding two values: its request was applied
+//     once, though the client or the node retried it.
 //   - CheckNoPhantom: every allocation in the final state is explained by
 //     an allocation in the history and was not released since.
 //   - CheckAll runs them all.

@@ -169,16 +169,7 @@ func (p partitions) addLists(lists []logical) {
 // the owner holding.
 func observedHolds(ls []logical) map[poolOwner]map[string]bool {
 	holds := map[poolOwner]map[string]bool{}
-	see := func(pool, owner, value string) {
-		if owner == "" || value == "" {
-			return
-		}
-		k := poolOwner{pool, owner}
-		if holds[k] == nil {
-			holds[k] = map[string]bool{}
-		}
-		holds[k][value] = true
-	}
+	see := func(pool, owner, value string) { seeHeld(holds, pool, owner, value) }
 	for _, l := range ls {
 		switch {
 		case l.Outcome == OK && l.Kind == KindGet:
@@ -194,6 +185,19 @@ func observedHolds(ls []logical) map[poolOwner]map[string]bool {
 		}
 	}
 	return holds
+}
+
+// seeHeld records that owner held value in pool; an empty owner or value
+// says nothing.
+func seeHeld(holds map[poolOwner]map[string]bool, pool, owner, value string) {
+	if owner == "" || value == "" {
+		return
+	}
+	k := poolOwner{pool, owner}
+	if holds[k] == nil {
+		holds[k] = map[string]bool{}
+	}
+	holds[k][value] = true
 }
 
 // keys returns the partitions' keys in order.

@@ -59,14 +59,14 @@ func (r *reporter) done() Report {
 
 // CheckAll runs every checker: CheckWellFormed, CheckLinearizable (as a
 // Report named "linearizable"; a timeout is a failure, since it proved
-// nothing), CheckNoDoubleOwner and CheckIdempotentRetries, then, when
-// final is not nil, CheckNoLostAck and CheckNoPhantom against it. final
-// is the state after the run, pool -> value -> owner; pass an empty map,
-// not nil, for "nothing is held". timeout and visualizeTo are
-// CheckLinearizable's.
+// nothing), CheckNoDoubleOwner and CheckIdempotentRetries (which also
+// reads final when it is not nil), then, when final is not nil,
+// CheckNoLostAck and CheckNoPhantom against it. final is the state after
+// the run, pool -> value -> owner; pass an empty map, not nil, for
+// "nothing is held". timeout and visualizeTo are CheckLinearizable's.
 func CheckAll(h History, final map[string]map[string]string, timeout time.Duration, visualizeTo string) []Report {
 	rs := []Report{CheckWellFormed(h), linearizableReport(h, timeout, visualizeTo),
-		CheckNoDoubleOwner(h), CheckIdempotentRetries(h)}
+		CheckNoDoubleOwner(h), CheckIdempotentRetries(h, final)}
 	if final != nil {
 		rs = append(rs, CheckNoLostAck(h, final), CheckNoPhantom(h, final))
 	}

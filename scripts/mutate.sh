@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Mutation testing: break the code on purpose, one known-dangerous edit at a
+# time, and prove that the tests `make test` runs catch each (see
+# docs/TESTING.md, "Mutation testing").
+#
+# For each row of MUTATIONS below, in a throwaway copy of the working tree
+# (tracked and untracked files, uncommitted changes included): apply the
+# substitution to the file, check that it matched exactly once, run the
+# row's tests under the race detector, and require that they FAIL. Prints
+# one markdown table row per mutation and exits non-zero if any mutation
+# survived, did not apply, did not build, or named no test.
+#
+#   scripts/mutate.sh                 every mutation
+#   scripts/mutate.sh NAME...         only these
+#   scripts/mutate.sh -l              list the mutations
+#   scripts/mutate.sh -n [NAME...]    apply each and show its diff; run nothing
+#
+# Environment: GO (go), MUTATE_TIMEOUT (go test -timeout per run, 3m),
+# MUTATE_COUNT (runs per mutation, each a go test process of its own, 1: a
+# mutation is caught only if every run fails, and the baseline passes only
+# if every run passes), MUTATE_BASELINE (1: first run every row's tests on
+# the unmutated copy, which must pass; 0: skip), MUTATE_LOGS (where each
+# run's output is kept; a new temp dir by default).
+set -euo pipefail
+
+# One mutation per line:  name | file | substitution | package | test regex
+#   substitution  a Perl s{pattern}{replacement} applied to the whole file;
+#                 leave out the g flag (the script adds it to count the
+#                 matches: exactly one is required)
+#   package       the Go package whose tests must catch it
+#   test regex    go test -run's argument; the tests must be ones `make
+#                 test` runs
+# Fields are separated by " | " (spaces around the bar), so a field may hold
+# a bar without spaces (regex alternation). Keep each row's tests to
+# seconds: the whole script should stay under ~10 minutes.
+MUTATIONS=$(cat <<'EOF'
+linearize-no-verifyleader | node/read.go | s{go func\(\) \{ verified <- n\.raft\.VerifyLeader\(\)\.Error\(\) \}\(\)}{verified <- nil} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
+linearize-no-waitapplied | node/read.go | s{return n\.fsm\.WaitApplied\(ctx, idx\)}{_ = idx\n\treturn nil} | ./test/ | ^TestLinearizableReadWaitsForApply$
+linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
+leader-ready-without-term-entry | node/node.go | s{if err := n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\.Error\(\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestNewLeaderReadsAfterItsTermEntry$
+submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
+submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
+request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
+founding-ignores-peer-state | node/membership.go | s{return n\.refuseFounding\(r\.peer, r\.reply\)}{return nil} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
+join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
+join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
+storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: what)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
+storage-old-term-accepted | node/storage.go | s{case snap != nil && term < snap\.Term:}{case false:} | ./node/ | ^TestStorageDamageRefused$
+storage-no-page-walk | node/storage.go | s{err = checkBoltPages\(f, fi\.Size\(\)\)}{_, err = fi, nil} | ./node/ | ^TestStorageDamageRefused$
+storage-no-snapshot-crc | node/storage.go | s{string\(got\) != string\(newest\.CRC\)}{false} | ./node/ | ^TestStorageDamageRefused$
+handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remote != "" && local != remote:}{case false:} | ./transport/ | ^TestHandshakeClusterID$
+pool-overlap-unchecked | fsm/state.go | s{allocator\.Overlaps\(r, o\) \{}{false \{} | ./fsm/ | ^TestPoolOverlap$
+ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
+last-voter-removable | node/members.go | s{case voter && voters == 1:}{case voter && voters == 0:} | ./test/ | ^TestOperationsThatCannotSucceed$
+restore-replaces-members | node/write.go | s{if err := b\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\)\); err != nil \{}{if err := b.Write(f, nil, ""); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
+EOF
+)
+
+GO=${GO:-go}
+TIMEOUT=${MUTATE_TIMEOUT:-3m}
+BASELINE=${MUTATE_BASELINE:-1}
+COUNT=${MUTATE_COUNT:-1}
+
+# rows prints the selected rows, one per line, fields separated by tabs.
+rows() {
+	local line
+	while IFS= read -r line; do
+		[[ -z $line || $line == \#* ]] && continue
+		local -a f=()
+		local rest=$line
+		while [[ $rest == *" | "* ]]; do
+			f+=("${rest%% | *}")
+			rest=${rest#* | }
+		done
+		f+=("$rest")
+		if ((${#f[@]} != 5)); then
+			echo "mutate.sh: malformed row (want 5 fields): $line" >&2
+			exit 2
+		fi
+		if (($# > 0)); then
+			local want=0 n
+			for n in "$@"; do [[ $n == "${f[0]}" ]] && want=1; done
+			((want)) || continue
+		fi
+		printf '%s\t%s\t%s\t%s\t%s\n' "${f[@]}"
+	done <<<"$MUTATIONS"
+}
+
+if [[ ${1:-} == -l ]]; then
+	rows | cut -f1,2,4,5 | tr '\t' ' '
+	exit 0
+fi
+dry=0
+if [[ ${1:-} == -n ]]; then
+	dry=1
+	shift
+fi
+
+root=$(git rev-parse --show-toplevel)
+selected=$(rows "$@") || exit 2
+if [[ -z $selected ]]; then
+	echo "mutate.sh: no mutation named $*; try -l" >&2
+	exit 2
+fi
+
+start=$SECONDS
+work=$(mktemp -d "${TMPDIR:-/tmp}/rangealloc-mutate.XXXXXX")
+logs=${MUTATE_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/rangealloc-mutate-logs.XXXXXX")}
+mkdir -p "$logs"
+trap 'rm -rf "$work"' EXIT
+
+# The copy: every tracked or untracked, not ignored, file that exists.
+(cd "$root" && git ls-files -z --cached --others --exclude-standard |
+	while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+	tar --null -T - -cf -) | tar -xf - -C "$work"
+tree=$work
+
+# runtests PKG REGEX LOG: go test in the copy; prints "pass", "fail",
+# "broken" (did not build) or "none" (no test ran).
+runtests() {
+	local rc=0
+	(cd "$tree" && "$GO" test -race -count=1 -timeout "$TIMEOUT" -v -run "$2" "$1") >"$3" 2>&1 || rc=$?
+	if grep -qE '\[(build|setup) failed\]' "$3"; then
+		echo broken
+	elif ! grep -qE '^=== RUN' "$3"; then
+		echo none
+	elif ((rc == 0)); then
+		echo pass
+	else
+		echo fail
+	fi
+}
+
+# runmany PKG REGEX LOG: runtests COUNT times (logs LOG.1, LOG.2, …);
+# prints "pass" or "fail" when every run did so, else "broken", "none", or
+# "mixed P" (P runs passed).
+runmany() {
+	local i v passed=0 failed=0 other=""
+	for ((i = 1; i <= COUNT; i++)); do
+		v=$(runtests "$1" "$2" "$3.$i")
+		case $v in
+		pass) passed=$((passed + 1)) ;;
+		fail) failed=$((failed + 1)) ;;
+		*) other=$v ;;
+		esac
+	done
+	if [[ -n $other ]]; then
+		echo "$other"
+	elif ((passed == COUNT)); then
+		echo pass
+	elif ((failed == COUNT)); then
+		echo fail
+	else
+		echo "mixed $passed"
+	fi
+}
+
+slug() { printf '%s' "$1" | tr -c 'A-Za-z0-9_.-' '_'; }
+
+# mutate FILE SUBST: applies the substitution in place and prints how many
+# times it matched ("error" if it is not valid Perl).
+mutate() {
+	MUT_SUBST="$2" MUT_COUNT="$work/.count" perl -0777 -i -pe '
+		BEGIN { $n = 0 }
+		my $c = eval q{$_ =~ } . $ENV{MUT_SUBST} . q{g};
+		die "substitution: $@" if $@;
+		$n += $c || 0;
+		END { open my $fh, ">", $ENV{MUT_COUNT} or die $!; print $fh $n }
+	' "$1" && cat "$work/.count" || echo error
+}
+
+if ((dry)); then
+	status=0
+	while IFS=$'\t' read -r name file subst pkg regex; do
+		cp "$tree/$file" "$work/.orig"
+		count=$(mutate "$tree/$file" "$subst")
+		echo "== $name: $file, matched $count time(s)"
+		diff -u --label "a/$file" --label "b/$file" "$work/.orig" "$tree/$file" || true
+		cp "$work/.orig" "$tree/$file"
+		[[ $count == 1 ]] || status=1
+	done <<<"$selected"
+	exit "$status"
+fi
+
+status=0
+if [[ $BASELINE == 1 ]]; then
+	echo "baseline: the named tests must pass on the unmutated tree ($tree)"
+	declare -A seen=()
+	while IFS=$'\t' read -r name file subst pkg regex; do
+		key="$pkg $regex"
+		[[ -n ${seen[$key]:-} ]] && continue
+		seen[$key]=1
+		t0=$SECONDS
+		log="$logs/baseline-$(slug "$pkg-$regex").log"
+		v=$(runmany "$pkg" "$regex" "$log")
+		printf '  %-8s %s -run %s (%d runs, %ds)\n' "$v" "$pkg" "$regex" "$COUNT" $((SECONDS - t0))
+		if [[ $v != pass ]]; then
+			echo "mutate.sh: $pkg -run '$regex' does not pass without a mutation ($log): it proves nothing" >&2
+			status=1
+		fi
+	done <<<"$selected"
+	if ((status != 0)); then
+		exit "$status"
+	fi
+fi
+
+echo
+echo "| mutation | file | tests | verdict | seconds |"
+echo "|---|---|---|---|---|"
+while IFS=$'\t' read -r name file subst pkg regex; do
+	t0=$SECONDS
+	log="$logs/$name.log"
+	target="$tree/$file"
+	verdict=""
+	if [[ ! -f $target ]]; then
+		verdict="NOT APPLIED (no such file)"
+	else
+		cp "$target" "$work/.orig"
+		count=$(mutate "$target" "$subst")
+		if [[ $count != 1 ]]; then
+			verdict="NOT APPLIED (matched ${count} times)"
+		else
+			v=$(runmany "$pkg" "$regex" "$log")
+			case $v in
+			fail) verdict=caught ;;
+			pass) verdict=SURVIVED ;;
+			broken) verdict="BROKEN (does not build)" ;;
+			none) verdict="NO TESTS (the regex ran none)" ;;
+			mixed*) verdict="SURVIVED ${v#mixed } of $COUNT runs" ;;
+			esac
+			((COUNT == 1)) || [[ $verdict != caught ]] || verdict="caught ($COUNT of $COUNT runs)"
+		fi
+		cp "$work/.orig" "$target"
+	fi
+	[[ $verdict == caught* ]] || status=1
+	printf '| %s | `%s` | `%s` %s | %s | %d |\n' "$name" "$file" "$regex" "$pkg" "$verdict" $((SECONDS - t0))
+done <<<"$selected"
+
+echo
+echo "total: $((SECONDS - start)) s; logs in $logs"
+if ((status != 0)); then
+	echo "mutate.sh: some mutation was not caught (see the table)" >&2
+fi
+exit "$status"

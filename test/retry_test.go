@@ -1,0 +1,153 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRetryAfterLostAnswerAppliesOnce: a write whose first attempt
+// committed but whose answer was lost is retried by the node (node.submit)
+// with the same request ID, so the caller gets the first answer and the
+// request takes one value. A retry under a fresh ID would take a second
+// one. Each case loses the answer on one of submit's two paths.
+func TestRetryAfterLostAnswerAppliesOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, ctx context.Context, owner string) (*node.Node, []fsm.Allocation)
+	}{
+		{"forwarded: the connection breaks as the leader's answer arrives", forwardedAnswerLost},
+		{"proposed: the leader is deposed after replicating the entry", proposedAnswerLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 30*time.Second)
+			const owner = "lost-answer"
+			leader, got := tc.run(t, ctx, owner)
+			require.Len(t, got, 1)
+			held := ownerHolds(t, ctx, leader, "ip", owner)
+			assert.Equal(t, []string{got[0].Value}, held, "the retry returned the first answer, and the request took one value")
+			st, err := leader.Pool(ctx, node.Linearizable, "ip")
+			require.NoError(t, err)
+			assert.Equal(t, 1, st.Used)
+		})
+	}
+}
+
+// forwardedAnswerLost calls Allocate on a follower and breaks its
+// forwarding connection as the leader's answer arrives: the leader applied
+// the request, the follower's call has an unknown outcome, and the
+// follower retries through a new connection.
+func forwardedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node.Node, []fsm.Allocation) {
+	var lost lostReplies
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.DialRPC = lost.wrap(cfg.DialRPC)
+	}})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	lost.armed.Store(true)
+	got, err := f.Node.Allocate(ctx, "ip", "", owner, 0, "lost-answer-key")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, lost.lost.Load(), "the first answer was lost")
+	return l.Node, got
+}
+
+// proposedAnswerLost calls Allocate on the leader while its followers'
+// answers are cut (its messages still reach them): the entry reaches both
+// followers, the leader cannot count it committed and steps down when its
+// lease runs out (an unknown outcome), the followers elect a new leader
+// that commits the entry, and after the heal the old leader retries
+// through the new one.
+func proposedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node.Node, []fsm.Allocation) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	var others []int
+	for _, m := range c.Live() {
+		if m != l {
+			c.Faults.Cut(raftAddr(m), raftAddr(l))
+			others = append(others, m.Index)
+		}
+	}
+	type answer struct {
+		a   []fsm.Allocation
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		a, err := l.Node.Allocate(ctx, "ip", "", owner, 0, "lost-answer-key")
+		done <- answer{a, err}
+	}()
+	nl := c.LeaderAmong(others...)
+	require.Eventually(t, func() bool {
+		allocs, _, err := nl.Node.LocalState().List("ip", owner, "", 10)
+		return err == nil && len(allocs) == 1
+	}, 15*time.Second, 10*time.Millisecond, "the new leader commits the first attempt")
+	require.False(t, l.Node.IsLeader(), "the old leader stepped down")
+	select {
+	case got := <-done:
+		t.Fatalf("the call returned before the heal, when only the first attempt could have applied: %v, %v", got.a, got.err)
+	default:
+	}
+	c.Heal()
+	got := <-done
+	require.NoError(t, got.err)
+	var ue *node.UnknownOutcomeError
+	require.False(t, errors.As(got.err, &ue))
+	return nl.Node, got.a
+}
+
+// lostReplies breaks a follower's forwarding connection when it is armed
+// and the next bytes from the leader arrive: the leader applied the
+// request, and the caller never hears its answer.
+type lostReplies struct {
+	armed atomic.Bool
+	lost  atomic.Int32
+}
+
+func (g *lostReplies) wrap(dial func(string, time.Duration) (net.Conn, error)) func(string, time.Duration) (net.Conn, error) {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		conn, err := dial(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: conn, g: g}, nil
+	}
+}
+
+type lossyConn struct {
+	net.Conn
+	g *lostReplies
+}
+
+func (c *lossyConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.g.armed.CompareAndSwap(true, false) {
+		c.g.lost.Add(1)
+		c.Conn.Close()
+		return 0, errors.New("the test broke the connection as the answer arrived")
+	}
+	return n, err
+}
+
+func raftAddr(m *cluster.Member) raft.ServerAddress { return raft.ServerAddress(m.Addr) }
+
+// ownerHolds returns the values owner holds in pool, read linearizably.
+func ownerHolds(t *testing.T, ctx context.Context, n *node.Node, pool, owner string) []string {
+	t.Helper()
+	allocs, _, err := n.List(ctx, node.Linearizable, pool, owner, "", 100)
+	require.NoError(t, err)
+	var values []string
+	for _, a := range allocs {
+		values = append(values, a.Value)
+	}
+	return values
+}
