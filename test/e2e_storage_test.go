@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,15 +35,18 @@ func exitsRefusing(t *testing.T, p *proc, d time.Duration, want string) {
 }
 
 // TestE2EStorageLoss: through the real binary, with the flags an operator
-// uses. A follower whose data directory was emptied, and one whose
-// raft.db was cut to nothing, refuse to start; every acknowledged value
-// survives; the runbook (remove, empty, --join) brings the node back.
+// uses. A follower's data directory is damaged in each way below and the
+// node started with its usual flags: it must exit non-zero naming the
+// file and the reason, never with a Go panic trace (each damage is then
+// undone from a copy). Last, a follower whose directory was emptied
+// refuses, and the runbook (remove, empty, --join) brings it back. Every
+// acknowledged value survives, and the replicas agree.
 func TestE2EStorageLoss(t *testing.T) {
-	ps := newProcs(t, 3)
+	ps := newProcsArgs(t, 3, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
 	leader := byID(ps, waitLeader(t, ps[0]))
 	ctx := ctxE(t)
 	acked := map[string]string{}
-	for i := 0; i < 30; i++ {
+	for i := 0; i < 60; i++ {
 		owner := fmt.Sprintf("acked-%d", i)
 		a, _, err := leader.client().Allocate(ctx, "nodeport", "", owner, client.Options{IdempotencyKey: owner})
 		require.NoError(t, err)
@@ -54,57 +58,137 @@ func TestE2EStorageLoss(t *testing.T) {
 			fs = append(fs, p)
 		}
 	}
-	for _, f := range fs { // both have applied what was acknowledged
-		require.Eventually(t, func() bool {
-			_, _, err := f.client().Get(ctx, "nodeport", firstKey(acked), client.Options{Consistency: "stale"})
-			return err == nil
-		}, 10*time.Second, 50*time.Millisecond)
+	f := fs[0]
+	require.Eventually(t, func() bool { // it applied everything and took a snapshot
+		snaps, _ := filepath.Glob(filepath.Join(f.dir, "snapshots", "*", "state.bin"))
+		_, _, err := f.client().Get(ctx, "nodeport", lastKey(acked), client.Options{Consistency: "stale"})
+		return err == nil && len(snaps) > 0
+	}, 20*time.Second, 100*time.Millisecond)
+	f.stop(t)
+	saved := filepath.Join(t.TempDir(), "saved")
+	require.NoError(t, os.CopyFS(saved, os.DirFS(f.dir)))
+	newest := func() string {
+		snaps, err := filepath.Glob(filepath.Join(f.dir, "snapshots", "*", "state.bin"))
+		require.NoError(t, err)
+		require.NotEmpty(t, snaps)
+		return snaps[len(snaps)-1]
 	}
-
-	// A follower whose data directory was emptied, started with its usual
-	// flags, then the runbook; then one whose raft.db was cut to nothing.
-	damage := []struct {
+	damages := []struct {
 		name   string
-		damage func(p *proc)
+		damage func()
 		says   string
 	}{
-		{"data directory emptied", func(p *proc) { require.NoError(t, os.RemoveAll(p.dir)) }, "is a voter of cluster"},
-		{"raft.db truncated", func(p *proc) { require.NoError(t, os.Truncate(filepath.Join(p.dir, "raft.db"), 0)) },
+		{"raft.db truncated", func() { require.NoError(t, os.Truncate(filepath.Join(f.dir, "raft.db"), 0)) },
 			"raft.db: empty (0 bytes), but this data directory has held Raft state"},
+		{"raft.db cut to half", func() {
+			fi, err := os.Stat(filepath.Join(f.dir, "raft.db"))
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(filepath.Join(f.dir, "raft.db"), fi.Size()/2))
+		}, "raft.db: corrupt bolt file"},
+		{"a snapshot byte flipped", func() {
+			b, err := os.ReadFile(newest())
+			require.NoError(t, err)
+			b[len(b)/2] ^= 0x10
+			require.NoError(t, os.WriteFile(newest(), b, 0o600))
+		}, "state.bin: snapshot fails its checksum"},
+		{"snapshots deleted", func() { require.NoError(t, os.RemoveAll(filepath.Join(f.dir, "snapshots"))) },
+			"no snapshot holds the entries before it"},
 	}
-	for i, d := range damage {
-		p := fs[i]
-		p.kill9(t)
-		d.damage(p)
-		exitsRefusing(t, p, 30*time.Second, d.says)
-
-		_, stderr, code := rangealloc(t, "http://"+leader.http, "cluster", "remove", p.id)
-		require.Equal(t, 0, code, "%s: remove: %s", d.name, stderr)
-		require.NoError(t, os.RemoveAll(p.dir))
-		p.args = []string{"--join", leader.http}
-		p.start(t)
-		require.Eventually(t, func() bool {
-			st, err := leader.client().Cluster(ctx)
-			if err != nil {
-				return false
-			}
-			for _, m := range st.Members {
-				if m.ID == p.id {
-					return m.Voter
-				}
-			}
+	for _, d := range damages {
+		d.damage()
+		exitsRefusing(t, f, 30*time.Second, d.says)
+		require.NoError(t, os.RemoveAll(f.dir))
+		require.NoError(t, os.CopyFS(f.dir, os.DirFS(saved)))
+	}
+	f.start(t) // undamaged, it starts and catches up
+	require.Eventually(t, func() bool {
+		r, err := http.Get("http://" + f.http + "/readyz")
+		if err != nil {
 			return false
-		}, 30*time.Second, 100*time.Millisecond, "%s: %s is a voter again", d.name, p.id)
-	}
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "%s is ready again", f.id)
+
+	// An emptied data directory, then the runbook.
+	f.kill9(t)
+	require.NoError(t, os.RemoveAll(f.dir))
+	exitsRefusing(t, f, 30*time.Second, "is a voter of cluster")
+	_, stderr, code := rangealloc(t, "http://"+leader.http, "cluster", "remove", f.id)
+	require.Equal(t, 0, code, "remove: %s", stderr)
+	require.NoError(t, os.RemoveAll(f.dir))
+	f.args = []string{"--join", leader.http}
+	f.start(t)
+	require.Eventually(t, func() bool {
+		st, err := leader.client().Cluster(ctx)
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == f.id {
+				return m.Voter
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "%s is a voter again", f.id)
 	for v, owner := range acked {
-		got, _, err := fs[0].client().Get(ctx, "nodeport", v, client.Options{})
+		got, _, err := f.client().Get(ctx, "nodeport", v, client.Options{})
 		require.NoError(t, err, "acknowledged %s", v)
 		assert.Equal(t, owner, got.Owner)
 	}
+	sameRangeAllocation(t, ps, "nodeport")
+}
+
+// TestE2EReimagedNode is the re-imaged node of an appliance: three nodes,
+// B killed, 200 allocations acknowledged by the leader L and follower A,
+// L and A killed, A's data directory emptied, A and B started with their
+// usual flags. A must refuse; when L returns, all 200 values are there.
+func TestE2EReimagedNode(t *testing.T) {
+	ps := newProcs(t, 3)
+	l := byID(ps, waitLeader(t, ps[0]))
+	var a, b *proc
+	for _, p := range ps {
+		switch {
+		case p == l:
+		case b == nil:
+			b = p
+		default:
+			a = p
+		}
+	}
+	ctx := ctxE(t)
+	b.kill9(t)
+	acked := map[string]string{}
+	for i := 0; i < 200; i++ {
+		owner := fmt.Sprintf("acked-%d", i)
+		got, _, err := l.client().Allocate(ctx, "clusterip-ipv4", "", owner, client.Options{IdempotencyKey: owner})
+		require.NoError(t, err)
+		acked[got.Value] = owner
+	}
+	l.kill9(t)
+	a.kill9(t)
+	require.NoError(t, os.RemoveAll(a.dir))
+	b.start(t)
+	exitsRefusing(t, a, 30*time.Second, "is a voter of cluster")
+	l.start(t)
+	waitLeader(t, b)
+	for v, owner := range acked {
+		got, _, err := b.client().Get(ctx, "clusterip-ipv4", v, client.Options{})
+		require.NoError(t, err, "acknowledged %s", v)
+		assert.Equal(t, owner, got.Owner)
+	}
+	got, _, err := b.client().Allocate(ctx, "clusterip-ipv4", "", "after", client.Options{})
+	require.NoError(t, err)
+	assert.NotContains(t, acked, got.Value, "no acknowledged value is handed out again")
+}
+
+// sameRangeAllocation waits until every node holds the same bitmap of pool.
+func sameRangeAllocation(t *testing.T, ps []*proc, pool string) {
+	t.Helper()
 	var want []byte
 	for _, p := range ps {
 		require.Eventually(t, func() bool {
-			ra, err := p.client().RangeAllocation(ctx, "nodeport", client.Options{Consistency: "stale"})
+			ra, err := p.client().RangeAllocation(ctxE(t), pool, client.Options{Consistency: "stale"})
 			if err != nil {
 				return false
 			}
@@ -112,15 +196,16 @@ func TestE2EStorageLoss(t *testing.T) {
 				want = ra.Data
 			}
 			return string(ra.Data) == string(want)
-		}, 20*time.Second, 100*time.Millisecond, "%s holds the same RangeAllocation", p.id)
+		}, 20*time.Second, 100*time.Millisecond, "%s holds the same RangeAllocation of %s", p.id, pool)
 	}
 }
 
-func firstKey(m map[string]string) string {
-	for k := range m {
-		return k
+func lastKey(m map[string]string) string {
+	k := ""
+	for v := range m {
+		k = max(k, v)
 	}
-	return ""
+	return k
 }
 
 // TestE2EMistakenJoin: a node started on its own, then added to a cluster

@@ -88,7 +88,10 @@ func (p *proc) stop(t *testing.T) {
 
 func (p *proc) client() *client.Client { return client.New(p.http, nil) }
 
-func newProcs(t *testing.T, n int) []*proc {
+func newProcs(t *testing.T, n int) []*proc { return newProcsArgs(t, n) }
+
+// newProcsArgs starts n server processes, each with the extra flags.
+func newProcsArgs(t *testing.T, n int, extra ...string) []*proc {
 	dir := t.TempDir()
 	var ps []*proc
 	var peers []string
@@ -97,9 +100,10 @@ func newProcs(t *testing.T, n int) []*proc {
 		ps = append(ps, p)
 		peers = append(peers, fmt.Sprintf("%s=%s=%s", p.id, p.raft, p.http))
 	}
-	if n > 1 {
-		for _, p := range ps {
-			p.args = []string{"--peers", strings.Join(peers, ",")}
+	for _, p := range ps {
+		p.args = append([]string(nil), extra...)
+		if n > 1 {
+			p.args = append(p.args, "--peers", strings.Join(peers, ","))
 		}
 	}
 	for _, p := range ps {

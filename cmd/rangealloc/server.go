@@ -44,8 +44,16 @@ followers forward to the leader), the HTTP API on --http-addr.
 
 A node with no state and neither --peers nor --join bootstraps itself as a
 single-node cluster with the pools of --service-cidr and --node-port-range.
-With --peers, every node is given the same list and the first leader creates
-the pools. With --join, the node asks any member to add it.`,
+With --peers, every node is given the same list and its own --id; the nodes
+found the cluster once every peer has started without state, and the first
+leader creates the pools. With --join, the node asks a member to add it: it
+joins as a non-voter and becomes a voter once it has caught up. A node with
+state ignores --peers and --join.
+
+A node refuses to start (exit status 1, "refusing to start: <file>: <why>")
+when its data cannot be trusted: raft.db lost, cut short or damaged, a
+damaged snapshot, or an empty data directory while the node is a voter of
+an existing cluster. See docs/OPERATIONS.md for the way back.`,
 		Example: `  # one node with the default pools
   rangealloc server
 
@@ -53,8 +61,9 @@ the pools. With --join, the node asks any member to add it.`,
   rangealloc server --id n1 --data-dir d1 --http-addr 127.0.0.1:7080 --raft-addr 127.0.0.1:7081 \
     --peers n1=127.0.0.1:7081=127.0.0.1:7080,n2=127.0.0.1:7083=127.0.0.1:7082,n3=127.0.0.1:7085=127.0.0.1:7084
 
-  # join a running cluster through any member
-  rangealloc server --data-dir d4 --http-addr 127.0.0.1:7086 --raft-addr 127.0.0.1:7087 --join 127.0.0.1:7080`,
+  # join a running cluster through any member (also: bring back a member that
+  # lost its disk, after 'rangealloc cluster remove ID' and emptying its data dir)
+  rangealloc server --id n4 --data-dir d4 --http-addr 127.0.0.1:7086 --raft-addr 127.0.0.1:7087 --join 127.0.0.1:7080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
@@ -65,8 +74,8 @@ the pools. With --join, the node asks any member to add it.`,
 	fl.StringVar(&f.raftAddr, "raft-addr", "127.0.0.1:7081", "address for Raft and forwarded calls")
 	fl.StringVar(&f.advHTTP, "advertise-http", "", "HTTP address others reach this node at (default: --http-addr)")
 	fl.StringVar(&f.advRaft, "advertise-raft", "", "Raft address others reach this node at (default: --raft-addr)")
-	fl.StringVar(&f.peers, "peers", "", "bootstrap a fixed voter set: id=raftAddr=httpAddr,... (the same on every node)")
-	fl.StringVar(&f.join, "join", "", "HTTP address of any member of the cluster to join")
+	fl.StringVar(&f.peers, "peers", "", "found a cluster of these voters: id=raftAddr=httpAddr,... (the same on every node; each node's --id among them)")
+	fl.StringVar(&f.join, "join", "", "HTTP address of any member of the cluster to join (as a non-voter, promoted once caught up)")
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "10.96.0.0/12", "ClusterIP ranges: an IPv4 CIDR, an IPv6 CIDR, or both comma-separated")
 	fl.StringVar(&f.nodePortRange, "node-port-range", "30000-32767", "NodePort range first-last")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
