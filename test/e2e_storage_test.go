@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -235,4 +236,33 @@ func memberIDs(clusterJSON string) string {
 		}
 	}
 	return strings.Join(ids, "\n")
+}
+
+// TestE2EBootstrapping: a founder whose peers have not started yet serves
+// HTTP and says why it is not ready; writes get 503 NoLeader.
+func TestE2EBootstrapping(t *testing.T) {
+	p := &proc{id: "n1", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n1")}
+	p.args = []string{"--peers", fmt.Sprintf("n1=%s=%s,n2=%s=%s,n3=%s=%s", p.raft, p.http, freePort(t), freePort(t), freePort(t), freePort(t))}
+	p.start(t)
+	var body string
+	require.Eventually(t, func() bool {
+		r, err := http.Get("http://" + p.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		body = string(b)
+		return r.StatusCode == http.StatusServiceUnavailable
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Contains(t, body, `"reason":"bootstrapping"`)
+	r, err := http.Get("http://" + p.http + "/healthz")
+	require.NoError(t, err)
+	r.Body.Close()
+	assert.Equal(t, http.StatusOK, r.StatusCode)
+	_, _, err = p.client().Allocate(ctxE(t), "nodeport", "", "too-early", client.Options{})
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "NoLeader", ce.Code)
+	assert.Equal(t, http.StatusServiceUnavailable, ce.Status)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -192,22 +193,28 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if err != nil {
 		return err
 	}
-	n, err := node.Open(ctx, cfg)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	metrics.WatchPools(n.LocalState())
-	var handler http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics, Timeout: f.requestTimeout})
-	if f.pprof {
-		mux := http.NewServeMux()
-		mux.Handle("/debug/pprof/", http.DefaultServeMux) // net/http/pprof registers there
-		mux.Handle("/", handler)
-		handler = mux
-	}
+	// While the node opens (it may be founding a cluster, or waiting to be
+	// joined, for as long as its peers take), the API answers that it is
+	// starting; then the handler is swapped for the real one.
+	handler := &swapHandler{}
+	handler.set(http.HandlerFunc(starting))
 	srv := newHTTPServer(handler, f.http)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	metrics.WatchPools(n.LocalState())
+	var h http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics, Timeout: f.requestTimeout})
+	if f.pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/debug/pprof/", http.DefaultServeMux) // net/http/pprof registers there
+		mux.Handle("/", h)
+		h = mux
+	}
+	handler.set(h)
 	logger.Info("serving", "id", n.ID(), "http", ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir)
 
 	select {
@@ -226,6 +233,33 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		err = nil
 	}
 	return err
+}
+
+// swapHandler serves with the handler set last.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// starting answers while the node has not founded or joined a cluster:
+// alive, not ready (reason bootstrapping), and no leader to serve anything.
+func starting(w http.ResponseWriter, r *http.Request) {
+	const detail = "this node has not founded or joined a cluster yet"
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/healthz":
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	case "/readyz":
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"status":"not ready","reason":%q,"detail":%q}`+"\n", node.ReasonBootstrapping, detail)
+	default:
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"error":{"code":"NoLeader","message":"starting: %s"}}`+"\n", detail)
+	}
 }
 
 // exportRaftMetrics sends hashicorp/raft's own metrics (go-metrics, one
