@@ -36,7 +36,7 @@ import (
 //     data is gone: it refuses to start. Once every peer has answered
 //     without state, it writes the founding marker (so a crash from here
 //     on does not make it a stranger) and says it is ready; once every
-//     peer has said so, it bootstraps. So every founder has answered
+//     peer has said so (or has state), it bootstraps. So every founder has answered
 //     before any bootstrapped, and all of them become voters.
 //   - With --join, the leader asks it first (addMemberOnLeader): a node
 //     with another cluster's state is refused (NodeNotEmpty), and a node
@@ -73,10 +73,13 @@ func (n *Node) takePart(ctx context.Context) error {
 
 // found waits until every peer is ready to found the cluster (see above).
 func (n *Node) found(ctx context.Context) error {
+	// The marker says this node saw every peer without state before: it
+	// need not see that again, but it still waits for every peer to be
+	// ready, or a peer that has not seen everyone yet would find it with
+	// state and refuse itself.
 	marker := filepath.Join(n.cfg.DataDir, foundingFile)
 	if _, err := os.Stat(marker); err == nil {
 		n.foundingReady.Store(true)
-		return nil
 	}
 	var others []Peer
 	for _, p := range n.cfg.Peers {

@@ -42,6 +42,7 @@ submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
 founding-ignores-peer-state | node/membership.go | s{return n\.refuseFounding\(r\.peer, r\.reply\)}{return nil} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
+founding-marker-skips-the-wait | node/membership.go | s{(\t\tn\.foundingReady\.Store\(true\)\n)(\t\})}{$1\t\treturn nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
 join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
 storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: what)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$

@@ -2,6 +2,8 @@ package test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -177,4 +179,24 @@ func TestReadiness(t *testing.T) {
 		"not ready while its state machine has not applied the leader's commit index")
 	release()
 	require.Eventually(t, func() bool { return f.Node.Readiness().Ready }, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestFoundingResumesAfterCrash: a founder that crashed after it saw every
+// peer without state (its founding marker) waits for its peers to be
+// ready before it bootstraps: bootstrapping at once would show the others,
+// which have not seen every peer yet, a peer with state, and they would
+// refuse to start.
+func TestFoundingResumesAfterCrash(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools,
+		Delays: []time.Duration{0, time.Second, 1200 * time.Millisecond},
+		Tune: func(cfg *node.Config) {
+			if cfg.ID == "n0" {
+				require.NoError(t, os.MkdirAll(cfg.DataDir, 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(cfg.DataDir, "founding"), []byte("ready\n"), 0o600))
+			}
+		}})
+	l := waitPools(t, c)
+	st, err := l.Node.Cluster()
+	require.NoError(t, err)
+	assert.Len(t, st.Members, 3)
 }
