@@ -398,7 +398,7 @@ func (s *rpcService) Transfer(id string, reply *callReply) error {
 // Join adds a member on behalf of a node that is joining through this
 // one: the leader adds it directly, a follower carries it one hop to the
 // leader's AddMember (which never forwards).
-func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
+func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if s.n.IsLeader() {
@@ -407,6 +407,9 @@ func (s *rpcService) Join(m fsm.Member, reply *callReply) error {
 		reply.Err = toWireErr(s.n.forwardCall(ctx, string(addr), "AddMember", m))
 	} else {
 		reply.Err = &wireErr{NotLeader: true, Msg: "no leader known"}
+	}
+	if reply.Err == nil {
+		reply.ClusterID = s.n.ClusterID()
 	}
 	return nil
 }

@@ -47,7 +47,12 @@ import (
 //
 // Until it has decided, the node's Raft port is shut (transport
 // Options.RaftClosed): it answers probes on the forwarding port, and
-// nothing reaches its Raft.
+// nothing reaches its Raft. And it knows its cluster's ID before the port
+// opens (a lone node draws one; founders take the least of the candidates
+// they offered each other; a joining node takes its leader's), so the
+// handshake keeps every other cluster out from its first Raft connection:
+// a node with an empty ID would accept any cluster, and a former voter
+// restarted alone could be taken over by the leader of its old one.
 
 // foundingFile marks a node that had seen every peer without state and
 // said it was ready to found the cluster.
@@ -64,22 +69,53 @@ func (n *Node) takePart(ctx context.Context) error {
 	case len(n.cfg.Join) > 0:
 		return n.join(ctx)
 	case len(n.cfg.Peers) > 0:
-		if err := n.found(ctx); err != nil {
+		id, err := n.found(ctx)
+		if err != nil {
+			return err
+		}
+		if err := n.keepClusterID(id); err != nil {
+			return err
+		}
+	case n.ClusterID() == "":
+		if err := n.keepClusterID(uuid.NewString()); err != nil {
 			return err
 		}
 	}
-	return n.bootstrap()
+	if err := n.bootstrap(); err != nil {
+		return err
+	}
+	// raft.db holds state now, and says so; a founding marker left behind
+	// would let a later, partly emptied directory skip the questions.
+	if err := os.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", foundingFile, err)
+	}
+	return nil
 }
 
-// found waits until every peer is ready to found the cluster (see above).
-func (n *Node) found(ctx context.Context) error {
+// keepClusterID makes id this node's cluster ID, in memory and in the
+// data directory, before its Raft port opens.
+func (n *Node) keepClusterID(id string) error {
+	if err := writeFileSync(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n")); err != nil {
+		return fmt.Errorf("keep the cluster ID: %w", err)
+	}
+	n.clusterID.Store(id)
+	return nil
+}
+
+// found waits until every peer is ready to found the cluster (see above),
+// and returns the cluster's ID: the one a peer with state already has, or
+// the least of the candidates the founders offered.
+func (n *Node) found(ctx context.Context) (string, error) {
 	// The marker says this node saw every peer without state before: it
 	// need not see that again, but it still waits for every peer to be
 	// ready, or a peer that has not seen everyone yet would find it with
 	// state and refuse itself.
 	marker := filepath.Join(n.cfg.DataDir, foundingFile)
-	if _, err := os.Stat(marker); err == nil {
-		n.foundingReady.Store(true)
+	if b, err := os.ReadFile(marker); err == nil {
+		if c := strings.TrimSpace(string(b)); fsm.ValidateClusterID(c) == nil {
+			n.candidate.Store(c)
+			n.foundingReady.Store(true)
+		}
 	}
 	var others []Peer
 	for _, p := range n.cfg.Peers {
@@ -88,6 +124,7 @@ func (n *Node) found(ctx context.Context) error {
 		}
 	}
 	empty, ready := map[string]bool{}, map[string]bool{}
+	candidates, existing := map[string]string{}, ""
 	lastLog := time.Now()
 	for {
 		waiting := map[string]string{}
@@ -95,32 +132,49 @@ func (n *Node) found(ctx context.Context) error {
 			switch {
 			case r.err != nil:
 				waiting[r.peer.ID] = r.err.Error()
+			case r.reply.ID != r.peer.ID:
+				waiting[r.peer.ID] = fmt.Sprintf("the node at %s is %q, not %q", r.peer.RaftAddr, r.reply.ID, r.peer.ID)
 			case r.reply.HasState && !n.foundingReady.Load():
-				return n.refuseFounding(r.peer, r.reply)
-			case r.reply.HasState || r.reply.Ready:
+				return "", n.refuseFounding(r.peer, r.reply)
+			case r.reply.HasState:
 				empty[r.peer.ID], ready[r.peer.ID] = true, true
+				existing = max(existing, r.reply.ClusterID)
+			case r.reply.Ready:
+				empty[r.peer.ID], ready[r.peer.ID] = true, true
+				candidates[r.peer.ID] = r.reply.Candidate
 			default:
 				empty[r.peer.ID] = true
 				waiting[r.peer.ID] = "not ready to found yet"
 			}
 		}
 		if !n.foundingReady.Load() && len(empty) == len(others) {
-			if err := writeFileSync(marker, []byte("every peer answered without state; this node is ready to found the cluster\n")); err != nil {
-				return fmt.Errorf("write %s: %w", marker, err)
+			c := uuid.NewString()
+			if err := writeFileSync(marker, []byte(c+"\n")); err != nil {
+				return "", fmt.Errorf("write %s: %w", marker, err)
 			}
+			n.candidate.Store(c)
 			n.foundingReady.Store(true)
 			n.logger.Info("every peer answered without state; ready to found the cluster")
 			continue
 		}
 		if n.foundingReady.Load() && len(ready) == len(others) {
-			return nil
+			if existing != "" { // a peer bootstrapped already, with the least candidate
+				return existing, nil
+			}
+			id := n.candidate.Load().(string)
+			for _, c := range candidates {
+				if c != "" && c < id {
+					id = c
+				}
+			}
+			return id, nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			lastLog = time.Now()
 			n.logger.Info("founding the cluster: waiting for peers", "waiting", waitingList(waiting))
 		}
 		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("founding the cluster: still waiting for peers %s: %w", waitingList(waiting), err)
+			return "", fmt.Errorf("founding the cluster: still waiting for peers %s: %w", waitingList(waiting), err)
 		}
 	}
 }
@@ -204,7 +258,8 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 
 // probeReply describes this node.
 func (n *Node) probeReply() *wire.ProbeReply {
-	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: n.foundingReady.Load(),
+	candidate, _ := n.candidate.Load().(string)
+	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: n.foundingReady.Load(), Candidate: candidate,
 		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader()}
 	r.LastIndex = n.raft.LastIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
@@ -225,11 +280,21 @@ func (n *Node) join(ctx context.Context) error {
 	var last error
 	for attempt := 0; ; attempt++ {
 		for _, addr := range n.cfg.Join {
-			err := n.forwardCall(ctx, addr, "Join", me)
+			var reply wire.JoinReply
+			_, err := n.fwd.call(ctx, addr, "Join", me, &reply, nil)
+			if err == nil {
+				err = fromWireErr(reply.Err)
+			}
 			var fe *fsm.Error
 			switch {
 			case err == nil:
-				n.logger.Info("joined the cluster as a non-voter; the leader promotes this node once it has caught up", "via", addr)
+				if reply.ClusterID != "" {
+					if err := n.keepClusterID(reply.ClusterID); err != nil {
+						return err
+					}
+				}
+				n.logger.Info("joined the cluster as a non-voter; the leader promotes this node once it has caught up",
+					"via", addr, "cluster_id", reply.ClusterID)
 				return nil
 			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
 				return &StorageError{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
@@ -365,27 +430,36 @@ func (n *Node) loadClusterID() error {
 	return nil
 }
 
-// learnClusterID keeps the cluster ID the state machine learned. A node
-// that already had another one refuses to go on: its data directory holds
-// two clusters' state.
+// learnClusterID keeps the cluster ID the state machine learned, for a
+// node that had none (a cluster from before IDs existed). One that had
+// another keeps its own and says so loudly: its handshake then keeps it
+// apart from the cluster whose state it holds, and an operator must look.
 func (n *Node) learnClusterID(id string) {
-	if old := n.ClusterID(); old != "" && old != id {
-		n.logger.Error("the replicated state names another cluster than this data directory", "kept", old, "state", id)
-		return
+	switch old := n.ClusterID(); {
+	case old == id:
+	case old != "":
+		n.logger.Error("the replicated state names another cluster than this data directory; keeping this directory's",
+			"kept", old, "state", id)
+	default:
+		if err := n.keepClusterID(id); err != nil {
+			n.logger.Error("could not keep the cluster ID", "error", err)
+		}
+		n.logger.Info("member of cluster", "cluster_id", id)
 	}
-	if err := writeFileSync(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n")); err != nil {
-		n.logger.Error("could not keep the cluster ID", "error", err)
-	}
-	n.clusterID.Store(id)
-	n.logger.Info("member of cluster", "cluster_id", id)
 }
 
-// nameCluster makes the leader draw the cluster's ID when the state has none.
+// nameCluster makes the leader record the cluster's ID in the replicated
+// state when it has none: the ID the node was founded with, or a new one
+// for a cluster from before IDs existed.
 func (n *Node) nameCluster(ctx context.Context) {
 	if n.fsm.ClusterID() != "" {
 		return
 	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetClusterID, ClusterID: uuid.NewString()})
+	id := n.ClusterID()
+	if id == "" {
+		id = uuid.NewString()
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetClusterID, ClusterID: id})
 	switch {
 	case err != nil:
 		n.logger.Warn("could not name the cluster", "error", err)

@@ -58,6 +58,8 @@ type Node struct {
 	// joined a cluster (membership.go); foundingReady once it has seen
 	// every peer without state.
 	starting, foundingReady atomic.Bool
+	// candidate is the cluster ID this founder offers its peers (a string).
+	candidate atomic.Value
 	// clusterID is the cluster's ID (a string), "" until learned; the
 	// handshake of every connection between nodes carries it.
 	clusterID atomic.Value

@@ -230,8 +230,18 @@ func boltOptions() *bbolt.Options {
 }
 
 // checkBolt checks raft.db's page tree (checkBoltPages: bbolt itself
-// panics on a damaged one), then runs bbolt's own consistency check.
-func checkBolt(path string) error {
+// panics on a damaged one), then runs bbolt's own consistency check, which
+// also checks what the walk does not read (key order, the free pages). It
+// opens the file read-only: opening it for writing first rebuilds the
+// free list by walking every page, and bbolt panics there on a key out of
+// order; its Check reports the same as an error. A panic that gets through
+// anyway, on this goroutine, is a StorageError too.
+func checkBolt(path string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &StorageError{Path: path, Problem: fmt.Sprintf("corrupt bolt file: %v", r)}
+		}
+	}()
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
@@ -247,7 +257,7 @@ func checkBolt(path string) error {
 		f.Close()
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	db, err := bbolt.Open(path, 0o600, boltOptions())
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second, ReadOnly: true})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return fmt.Errorf("open %s: another process holds it (is another node using this data directory?)", path)
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -186,4 +187,45 @@ func FuzzCheckBoltPages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = checkBoltPages(bytes.NewReader(b), int64(len(b))) // must not panic
 	})
+}
+
+// TestBoltKeyFlipped: a flipped byte in a key of a leaf page passes the
+// page walk (it reads no keys), but breaks the key order bbolt asserts with
+// a panic when it opens the file for writing. The check must report it.
+func TestBoltKeyFlipped(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openBolt(dir)
+	require.NoError(t, err)
+	for i := uint64(1); i <= 200; i++ {
+		require.NoError(t, s.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("entry")}))
+	}
+	require.NoError(t, s.Close())
+	path := filepath.Join(dir, boltFile)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	m, err := boltMeta(bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	w := &pageWalk{f: bytes.NewReader(b), m: m, seen: map[uint64]bool{}}
+	require.NoError(t, w.walk(m.root, 0))
+	ps := int(m.pageSize)
+	flipped := false
+	for p := range w.seen { // pages in use only: a free page's keys are nobody's
+		page := b[int(p)*ps:]
+		flags, count := binary.LittleEndian.Uint16(page[8:]), binary.LittleEndian.Uint16(page[10:])
+		if flipped || flags != leafPage || count < 3 {
+			continue
+		}
+		e := page[pageHeader+elemSize:] // the second element
+		pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
+		if ksize == 0 {
+			continue
+		}
+		page[pageHeader+elemSize+int(pos)] = 0xff // now it sorts after the third key
+		flipped = true
+	}
+	require.True(t, flipped, "found a leaf page with keys")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	err = checkBolt(path)
+	require.ErrorIs(t, err, ErrStorage)
+	assert.Contains(t, err.Error(), "corrupt bolt file")
 }

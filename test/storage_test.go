@@ -200,3 +200,36 @@ func TestFoundingResumesAfterCrash(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, st.Members, 3)
 }
+
+// TestLoneRestartNotCaptured: a former voter whose directory was emptied,
+// restarted alone (no --peers, no --join), founds a cluster of its own:
+// the old cluster's leader, which still counts it as a voter and keeps
+// dialing it, must not take it over (it did while the new node had no
+// cluster ID yet: it became a follower of the old leader with a
+// one-voter configuration, and later acknowledged writes on its own).
+func TestLoneRestartNotCaptured(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	before, err := l.Node.Allocate(ctx, "ip", "", "real-cluster", 0, "")
+	require.NoError(t, err)
+	f := follower(c, l)
+	c.Kill(f.Index)
+	c.Wipe(f.Index)
+	cfg := c.Config(f.Index)
+	cfg.Peers = nil
+	c.SetConfig(f.Index, cfg)
+	c.Start(f.Index)
+	require.NotEmpty(t, f.Node.ClusterID(), "a lone node knows its cluster before its Raft port opens")
+	assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID())
+	time.Sleep(3 * time.Second) // the old leader keeps dialing its former voter
+	assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID(), "not taken over")
+	_, err = f.Node.Get(ctx, node.Stale, "ip", before[0].Value)
+	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "the old cluster's log did not reach it")
+	st, err := f.Node.Cluster()
+	require.NoError(t, err)
+	require.Len(t, st.Members, 1)
+	assert.Equal(t, f.ID, st.Members[0].ID)
+	assert.True(t, f.Node.IsLeader(), "it leads its own cluster")
+	c.Kill(f.Index) // two clusters now: EnsureSame compares the old one's
+}

@@ -61,6 +61,13 @@ type ReadRPCReply struct {
 // CallReply answers the cluster calls and Node.Restore.
 type CallReply struct{ Err *Error }
 
+// JoinReply answers Node.Join: the ID of the cluster the node was added
+// to, which it takes before it opens its Raft port.
+type JoinReply struct {
+	Err       *Error
+	ClusterID string
+}
+
 // ProbeArgs asks a node about itself: what a joining node's leader, a
 // founding peer, and the leader's promotion and readiness checks want to
 // know.
@@ -76,7 +83,10 @@ type ProbeReply struct {
 	HasState bool
 	// Ready: it is founding a cluster and has seen every peer without
 	// state (or has state): a peer may bootstrap once all are ready.
-	Ready       bool
+	Ready bool
+	// Candidate is the cluster ID a ready founder proposes; the founders
+	// take the least of all their candidates.
+	Candidate   string
 	LastIndex   uint64
 	Applied     uint64
 	CommitIndex uint64
