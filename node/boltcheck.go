@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,11 +15,12 @@ import (
 // with panics, some on goroutines of its own (the free-page scan at Open),
 // where no recover can reach them, so a damaged raft.db would kill the
 // process with a trace instead of a message. The walk reads only page
-// headers and element tables, and checks what bbolt would assert: a valid
-// meta page, every reachable page within the file and the high-water mark,
-// naming itself by its own ID, of the right type, with its elements inside
-// it, and reached once. Pages nothing refers to (free pages) are not read:
-// damage there loses nothing.
+// the pages in use, and checks what bbolt would assert: a valid meta page,
+// every reachable page within the file and the high-water mark, naming
+// itself by its own ID, of the right type, with its elements inside it,
+// reached once, and its keys strictly increasing and within the bounds
+// its parent's branch keys set. Pages nothing refers to (free pages) are
+// not read: damage there loses nothing.
 //
 // bbolt's layout (format version 2, host byte order, little-endian on
 // every platform rangealloc builds for):
@@ -37,7 +39,7 @@ func checkBoltPages(f io.ReaderAt, size int64) error {
 		return fmt.Errorf("file is %d bytes, shorter than its %d pages of %d bytes: cut short", size, m.hwm, m.pageSize)
 	}
 	w := &pageWalk{f: f, m: m, seen: map[uint64]bool{}}
-	return w.walk(m.root, 0)
+	return w.walk(m.root, 0, nil, nil)
 }
 
 const (
@@ -111,8 +113,9 @@ type pageWalk struct {
 }
 
 // walk checks page id, reached at the given depth of the tree, and every
-// page below it.
-func (w *pageWalk) walk(id uint64, depth int) error {
+// page below it. Its keys must lie in [lo, hi) (nil: unbounded); a
+// bucket's pages start afresh.
+func (w *pageWalk) walk(id uint64, depth int, lo, hi []byte) error {
 	switch {
 	case depth > maxTreeDepth:
 		return fmt.Errorf("page %d: tree deeper than %d", id, maxTreeDepth)
@@ -140,41 +143,61 @@ func (w *pageWalk) walk(id uint64, depth int) error {
 	case pageHeader+count*elemSize > span:
 		return fmt.Errorf("page %d: %d elements do not fit in it", id, count)
 	}
-	elems := make([]byte, count*elemSize)
-	if _, err := w.f.ReadAt(elems, int64(id)*ps+pageHeader); err != nil {
+	page := make([]byte, span)
+	if _, err := w.f.ReadAt(page, int64(id)*ps); err != nil {
 		return fmt.Errorf("page %d: %w", id, err)
 	}
+	type child struct {
+		id     uint64
+		lo, hi []byte
+	}
+	var children []child
+	var prev []byte
 	for i := int64(0); i < count; i++ {
-		e := elems[i*elemSize:]
 		start := pageHeader + i*elemSize // offsets count from the element's own start
+		e := page[start:]
+		var key []byte
 		if flags == branchPage {
-			pos, ksize, child := int64(le.Uint32(e)), int64(le.Uint32(e[4:])), le.Uint64(e[8:])
+			pos, ksize := int64(le.Uint32(e)), int64(le.Uint32(e[4:]))
 			if start+pos+ksize > span {
 				return fmt.Errorf("page %d: branch element %d points past the page", id, i)
 			}
-			if err := w.walk(child, depth+1); err != nil {
-				return err
+			key = page[start+pos : start+pos+ksize]
+			children = append(children, child{id: le.Uint64(e[8:]), lo: key})
+		} else {
+			eflags, pos, ksize, vsize := le.Uint32(e), int64(le.Uint32(e[4:])), int64(le.Uint32(e[8:])), int64(le.Uint32(e[12:]))
+			if start+pos+ksize+vsize > span {
+				return fmt.Errorf("page %d: leaf element %d points past the page", id, i)
 			}
-			continue
-		}
-		eflags, pos, ksize, vsize := le.Uint32(e), int64(le.Uint32(e[4:])), int64(le.Uint32(e[8:])), int64(le.Uint32(e[12:]))
-		if start+pos+ksize+vsize > span {
-			return fmt.Errorf("page %d: leaf element %d points past the page", id, i)
-		}
-		if eflags&bucketLeafFlag == 0 {
-			continue
-		}
-		if vsize < 16 {
-			return fmt.Errorf("page %d: bucket element %d is %d bytes", id, i, vsize)
-		}
-		b := make([]byte, 8)
-		if _, err := w.f.ReadAt(b, int64(id)*ps+start+pos+ksize); err != nil {
-			return fmt.Errorf("page %d: %w", id, err)
-		}
-		if root := le.Uint64(b); root != 0 { // 0: an inline bucket, held in the value itself
-			if err := w.walk(root, depth+1); err != nil {
-				return err
+			key = page[start+pos : start+pos+ksize]
+			if eflags&bucketLeafFlag != 0 {
+				if vsize < 16 {
+					return fmt.Errorf("page %d: bucket element %d is %d bytes", id, i, vsize)
+				}
+				if root := le.Uint64(page[start+pos+ksize:]); root != 0 { // 0: an inline bucket, held in the value
+					children = append(children, child{id: root}) // a bucket's keys start afresh
+				}
 			}
+		}
+		switch {
+		case prev != nil && bytes.Compare(key, prev) <= 0:
+			return fmt.Errorf("page %d: key %d is out of order", id, i)
+		case lo != nil && bytes.Compare(key, lo) < 0, hi != nil && bytes.Compare(key, hi) >= 0:
+			return fmt.Errorf("page %d: key %d lies outside the range its parent gives it", id, i)
+		}
+		prev = key
+	}
+	if flags == branchPage { // child i holds the keys from its own to the next one's
+		for i := range children {
+			children[i].hi = hi
+			if i+1 < len(children) {
+				children[i].hi = children[i+1].lo
+			}
+		}
+	}
+	for _, c := range children {
+		if err := w.walk(c.id, depth+1, c.lo, c.hi); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -206,26 +207,26 @@ func TestBoltKeyFlipped(t *testing.T) {
 	m, err := boltMeta(bytes.NewReader(b), int64(len(b)))
 	require.NoError(t, err)
 	w := &pageWalk{f: bytes.NewReader(b), m: m, seen: map[uint64]bool{}}
-	require.NoError(t, w.walk(m.root, 0))
+	require.NoError(t, w.walk(m.root, 0, nil, nil))
 	ps := int(m.pageSize)
-	flipped := false
+	var leaves []int
 	for p := range w.seen { // pages in use only: a free page's keys are nobody's
 		page := b[int(p)*ps:]
-		flags, count := binary.LittleEndian.Uint16(page[8:]), binary.LittleEndian.Uint16(page[10:])
-		if flipped || flags != leafPage || count < 3 {
-			continue
+		if binary.LittleEndian.Uint16(page[8:]) == leafPage && binary.LittleEndian.Uint16(page[10:]) >= 3 {
+			leaves = append(leaves, int(p))
 		}
-		e := page[pageHeader+elemSize:] // the second element
-		pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
-		if ksize == 0 {
-			continue
-		}
-		page[pageHeader+elemSize+int(pos)] = 0xff // now it sorts after the third key
-		flipped = true
 	}
-	require.True(t, flipped, "found a leaf page with keys")
-	require.NoError(t, os.WriteFile(path, b, 0o600))
-	err = checkBolt(path)
-	require.ErrorIs(t, err, ErrStorage)
-	assert.Contains(t, err.Error(), "corrupt bolt file")
+	sort.Ints(leaves)
+	require.NotEmpty(t, leaves, "a leaf page with keys")
+	for _, p := range leaves {
+		d := append([]byte(nil), b...)
+		e := d[p*ps+pageHeader+elemSize:] // the second element
+		pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
+		require.NotZero(t, ksize)
+		d[p*ps+pageHeader+elemSize+int(pos)] = 0xff // now it sorts after the third key
+		require.NoError(t, os.WriteFile(path, d, 0o600))
+		err := checkBolt(path)
+		require.ErrorIs(t, err, ErrStorage, "leaf page %d", p)
+		assert.Regexp(t, `key [12] (is out of order|lies outside the range its parent gives it)`, err.Error())
+	}
 }
