@@ -13,11 +13,13 @@ import (
 
 // Window is the time a fault was in force, on the run's clock.
 type Window struct {
-	Fault    Fault
-	Detail   string
-	Start    int64
-	End      int64
-	Majority bool // a majority stayed connected and up
+	Fault  Fault
+	Detail string
+	Start  int64
+	End    int64
+	// MinorityOut: a minority was cut off, down or paused while the
+	// majority stayed connected and up (Fault.MinorityOut).
+	MinorityOut bool
 }
 
 // Nemesis carries out a plan against a cluster and logs every fault and
@@ -30,8 +32,10 @@ type Nemesis struct {
 	// burstLead before it is resumed.
 	BeforeResume func(node int)
 
+	// mu guards the following.
 	mu      sync.Mutex
 	windows []Window
+	damages []Damage // the storage faults' outcomes
 }
 
 // Logf writes one timestamped line to the nemesis log.
@@ -56,6 +60,13 @@ func (n *Nemesis) Windows() []Window {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]Window(nil), n.windows...)
+}
+
+// Damages returns the outcomes of the storage faults carried out so far.
+func (n *Nemesis) Damages() []Damage {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]Damage(nil), n.damages...)
 }
 
 // Run carries out plan, one step after another, then heals everything.
@@ -99,14 +110,17 @@ func (n *Nemesis) step(ctx context.Context, s Step) error {
 		n.Logf("skip %s: %v", s.Fault, err)
 		return nil
 	}
-	if s.Fault == SnapshotCatchUp {
+	switch {
+	case s.Fault == SnapshotCatchUp:
 		return n.snapshotCatchUp(ctx, s, leader, n.others(leader)[s.Pick%2], term)
+	case s.Fault.Storage():
+		return n.storage(ctx, s, leader, term)
 	}
 	detail, apply, heal := n.prepare(ctx, &s, leader, term)
 	if apply == nil {
 		return fmt.Errorf("unknown fault %q", s.Fault)
 	}
-	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), Majority: s.Fault.Majority()}
+	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), MinorityOut: s.Fault.MinorityOut()}
 	n.mark("fault %s: %s", s.Fault, detail)
 	if err := apply(); err != nil {
 		return fmt.Errorf("%s: %w", s.Fault, err)
@@ -198,7 +212,7 @@ func (n *Nemesis) snapshotCatchUp(ctx context.Context, s Step, leader, f int, te
 	t := n.C.Tuning
 	need := base + uint64(2*t.SnapshotThreshold+t.TrailingLogs)
 	detail := fmt.Sprintf("follower %s cut off until leader %s (term %d) applies past %d (now %d)", srv.ID, n.C.Servers[leader].ID, term, need, base)
-	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), Majority: true}
+	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), MinorityOut: true}
 	n.mark("fault %s: %s", s.Fault, detail)
 	if err := n.C.Lab.Drop(f, Both, n.others(f)...); err != nil {
 		return err

@@ -20,10 +20,17 @@ const (
 	KillAll         Fault = "kill-all"         // kill -9 all three, restart them after the hold
 	PauseLeader     Fault = "pause-leader"     // SIGSTOP the leader, SIGCONT after the hold
 	SnapshotCatchUp Fault = "snapshot-catchup" // cut a follower off until the leader has snapshotted past it
+	Wipe            Fault = "wipe"             // kill -9 a node, remove its data dir, start it again
+	TruncateLog     Fault = "truncate-log"     // kill -9 a node, cut its raft.db short, start it again
+	Corrupt         Fault = "corrupt"          // kill -9 a node, damage a file of its data dir, start it again
 )
 
 // AllFaults is every fault, in a fixed order.
-var AllFaults = []Fault{IsolateLeader, IsolateFollower, BridgeFault, OneWay, KillLeader, KillAll, PauseLeader, SnapshotCatchUp}
+var AllFaults = []Fault{IsolateLeader, IsolateFollower, BridgeFault, OneWay, KillLeader, KillAll, PauseLeader, SnapshotCatchUp,
+	Wipe, TruncateLog, Corrupt}
+
+// Storage reports whether f damages a node's data dir (see storage.go).
+func (f Fault) Storage() bool { return f == Wipe || f == TruncateLog || f == Corrupt }
 
 // ParseFaults parses "all" or a comma-separated list of faults.
 func ParseFaults(s string) ([]Fault, error) {
@@ -45,9 +52,11 @@ func ParseFaults(s string) ([]Fault, error) {
 	return out, nil
 }
 
-// Majority reports whether a majority of the nodes stays connected and up
-// while the fault lasts.
-func (f Fault) Majority() bool { return f != KillAll }
+// MinorityOut reports whether the fault cuts off, stops or pauses a
+// minority of the nodes while the majority stays connected and up: an
+// operation acknowledged meanwhile is evidence that the cluster worked
+// around the fault. Not kill-all (no majority).
+func (f Fault) MinorityOut() bool { return f != KillAll }
 
 // holds is how long each fault lasts: [min, max).
 var holds = map[Fault][2]time.Duration{
@@ -59,7 +68,16 @@ var holds = map[Fault][2]time.Duration{
 	KillAll:         {500 * time.Millisecond, 1500 * time.Millisecond},
 	PauseLeader:     {2500 * time.Millisecond, 4 * time.Second}, // long enough for a new leader's writes before reads arrive
 	SnapshotCatchUp: {2 * time.Second, 3 * time.Second},         // at least; then until the leader snapshotted past the follower
+	Wipe:            {200 * time.Millisecond, time.Second},      // down after the damage, before the restart
+	TruncateLog:     {200 * time.Millisecond, time.Second},
+	Corrupt:         {200 * time.Millisecond, time.Second},
 }
+
+// overhead is what a fault takes beyond its hold on a quiet machine: for
+// a storage fault, the wait for the restarted node's verdict and the
+// runbook (remove, wipe, join, catch up). Plan counts it, so that the new faults replace random
+// draws of the others instead of lengthening the run by their whole time.
+var overhead = map[Fault]time.Duration{Wipe: 2 * time.Second, TruncateLog: time.Second, Corrupt: time.Second}
 
 // Step is one fault of the schedule, then a healed rest.
 type Step struct {
@@ -68,9 +86,34 @@ type Step struct {
 	// follower (Pick mod 2 of the two), the bridge node (Pick mod 3).
 	Pick int
 	// Dir is the direction a one-way fault drops.
-	Dir  Direction
-	Hold time.Duration
-	Rest time.Duration
+	Dir Direction
+	// OnLeader: a storage fault hits the leader (else the follower Pick
+	// mod 2).
+	OnLeader bool
+	// Variant is how a storage fault damages the node: the Truncation
+	// or the Corruption.
+	Variant int
+	Hold    time.Duration
+	Rest    time.Duration
+}
+
+// Truncations: how truncate-log cuts raft.db.
+const (
+	TruncateEmpty = iota // to 0 bytes
+	TruncateHalf         // to half its size
+)
+
+// Corruptions: how corrupt damages a file. When the drawn one does not
+// apply (no snapshot yet), the next that does is used.
+const (
+	ZeroPage    = iota // zero the 4 KiB page in the middle of raft.db
+	FlipByte           // flip a byte in the middle of the newest snapshot's state.bin
+	RemoveSnaps        // delete the snapshots directory
+)
+
+var variantNames = map[Fault][]string{
+	TruncateLog: {"to-empty", "to-half"},
+	Corrupt:     {"zero-page", "flip-byte", "remove-snapshots"},
 }
 
 func (s Step) String() string {
@@ -80,13 +123,25 @@ func (s Step) String() string {
 		extra = fmt.Sprintf(" pick=%d", s.Pick)
 	case OneWay:
 		extra = " " + s.Dir.String()
+	case Wipe, TruncateLog, Corrupt:
+		extra = fmt.Sprintf(" follower pick=%d", s.Pick)
+		if s.OnLeader {
+			extra = " leader"
+		}
+		if names := variantNames[s.Fault]; names != nil {
+			extra += " " + names[s.Variant]
+		}
 	}
 	return fmt.Sprintf("%s%s hold=%s rest=%s", s.Fault, extra, s.Hold, s.Rest)
 }
 
+// Cost is what the step is expected to take: its hold, its rest, and the
+// fault's overhead.
+func (s Step) Cost() time.Duration { return s.Hold + s.Rest + overhead[s.Fault] }
+
 // Plan draws the whole schedule from the seed, before the run: first every
 // fault of kinds once, in a seeded order (so even a short run sees each),
-// then faults drawn at random until the holds and rests add up to total.
+// then faults drawn at random until the steps' costs add up to total.
 func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973)) // "nemesis"
 	between := func(lo, hi time.Duration) time.Duration {
@@ -95,8 +150,12 @@ func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 	step := func(f Fault) Step {
 		h := holds[f]
 		s := Step{Fault: f, Pick: rng.IntN(6), Hold: between(h[0], h[1]), Rest: between(time.Second, 2*time.Second)}
-		if f == OneWay {
+		switch {
+		case f == OneWay:
 			s.Dir = []Direction{Inbound, Outbound}[rng.IntN(2)]
+		case f.Storage():
+			s.OnLeader = rng.IntN(2) == 0
+			s.Variant = rng.IntN(max(len(variantNames[f]), 1))
 		}
 		return s
 	}
@@ -104,11 +163,11 @@ func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 	var sum time.Duration
 	for _, i := range rng.Perm(len(kinds)) {
 		s := step(kinds[i])
-		plan, sum = append(plan, s), sum+s.Hold+s.Rest
+		plan, sum = append(plan, s), sum+s.Cost()
 	}
 	for len(kinds) > 0 && sum < total {
 		s := step(kinds[rng.IntN(len(kinds))])
-		plan, sum = append(plan, s), sum+s.Hold+s.Rest
+		plan, sum = append(plan, s), sum+s.Cost()
 	}
 	return plan
 }

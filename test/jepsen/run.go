@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type Result struct {
 	Elapsed  time.Duration
 	Counts   map[string]int // attempts by kind and outcome
 	Faults   int            // faults carried out
+	Damages  []Damage       // what each storage fault did, and what became of the node
 	Evidence Evidence
 	Verdicts []string // one line per check, "name: ok" or "name: FAIL ..."
 	Problems []string // every failed check's problems; empty when the run passed
@@ -56,6 +58,16 @@ func (r Result) String() string {
 		r.Seed, r.Elapsed.Round(100*time.Millisecond), r.Counts["ok"]+r.Counts["fail"]+r.Counts["unknown"],
 		r.Counts["ok"], r.Counts["fail"], r.Counts["unknown"], r.Counts["retry"],
 		r.Counts["allocate"], r.Counts["release"], r.Counts["get"], r.Counts["list"], r.Faults)
+	for _, d := range r.Damages {
+		fmt.Fprintf(&b, "  %s of %s %s at %.3fs: %s; %s: %s\n", d.Fault, d.Role, d.Node, float64(d.At)/1e9, d.What, d.Verdict, d.Why)
+		if d.Runbook != "" || d.RunbookErr != nil {
+			fmt.Fprintf(&b, "    runbook: %s", d.Runbook)
+			if d.RunbookErr != nil {
+				fmt.Fprintf(&b, ": FAILED: %v", d.RunbookErr)
+			}
+			b.WriteString("\n")
+		}
+	}
 	fmt.Fprintf(&b, "evidence: %s\n", r.Evidence)
 	for _, v := range r.Verdicts {
 		fmt.Fprintf(&b, "  %s\n", v)
@@ -103,6 +115,7 @@ func Run(t testing.TB, o Options) (Result, error) {
 	res.Elapsed = time.Since(start)
 	res.Counts = Counts(history)
 	res.Faults = len(nem.Windows())
+	res.Damages = nem.Damages()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
 		return res, err
 	}
@@ -228,6 +241,12 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 	}
 	res.Evidence = Gather(history, nem.Windows(), logs)
 	verdict("not vacuous", res.Evidence.Check().Problems)
+	storage := slices.ContainsFunc(o.Faults, Fault.Storage)
+	if loss, handled := CheckStorage(res.Damages); storage || handled.Checked > 0 {
+		for _, r := range []checker.Report{loss, handled} {
+			verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
+		}
+	}
 }
 
 func writeHistory(path string, h checker.History) error {
