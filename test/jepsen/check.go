@@ -217,3 +217,15 @@ func CheckStorage(ds []Damage) (loss, handled checker.Report) {
 	loss.OK, handled.OK = len(loss.Problems) == 0, len(handled.Problems) == 0
 	return loss, handled
 }
+
+// CheckJoins judges the mistaken joins: each must be answered 409
+// NodeNotEmpty with the newcomer's clusterId and lastIndex, and leave the
+// membership as it was.
+func CheckJoins(js []JoinAttempt) checker.Report {
+	rep := checker.Report{Name: "mistaken join refused", Checked: len(js)}
+	for _, j := range js {
+		rep.Problems = append(rep.Problems, j.problems()...)
+	}
+	rep.OK = len(rep.Problems) == 0
+	return rep
+}

@@ -163,12 +163,13 @@ func TestEvidence(t *testing.T) {
 
 	// The first snapshot a node installs after a start on a damaged or
 	// emptied data dir is no evidence; a later one, or one after a plain
-	// restart, is.
+	// restart, is. A mistaken join leaves no minority out.
 	rebuilt := startLine + "n2 " + afterDamage + " (empty data dir, --join x) at t\n" +
 		"[INFO]  raft: Installed remote snapshot\n[INFO]  raft: Installed remote snapshot\n" +
 		startLine + "n2 " + afterDamage + " (usual flags) at t\n" + "[INFO]  raft: Installed remote snapshot\n" +
 		startLine + "n2 at t\n" + "[INFO]  raft: Installed remote snapshot\n"
-	e = Gather(busy, faults, []string{oneElection[0], rebuilt, ""})
+	windows = append(faults, Window{Fault: MistakenJoin, Start: 300, End: 400, MinorityOut: MistakenJoin.MinorityOut()})
+	e = Gather(busy, windows, []string{oneElection[0], rebuilt, ""})
 	assert.Equal(t, Evidence{LeaderChanges: 0, Unknown: 1, SnapshotInstalls: 2, RebuildInstalls: 2}, e)
 	assert.Equal(t, []string{"vacuous run: no leader change", "vacuous run: no operation succeeded while a fault left a majority connected"},
 		e.Check().Problems)

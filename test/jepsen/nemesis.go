@@ -35,7 +35,8 @@ type Nemesis struct {
 	// mu guards the following.
 	mu      sync.Mutex
 	windows []Window
-	damages []Damage // the storage faults' outcomes
+	damages []Damage      // the storage faults' outcomes
+	joins   []JoinAttempt // the mistaken joins' outcomes
 }
 
 // Logf writes one timestamped line to the nemesis log.
@@ -67,6 +68,13 @@ func (n *Nemesis) Damages() []Damage {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]Damage(nil), n.damages...)
+}
+
+// Joins returns the outcomes of the mistaken joins carried out so far.
+func (n *Nemesis) Joins() []JoinAttempt {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]JoinAttempt(nil), n.joins...)
 }
 
 // Run carries out plan, one step after another, then heals everything.
@@ -115,6 +123,8 @@ func (n *Nemesis) step(ctx context.Context, s Step) error {
 		return n.snapshotCatchUp(ctx, s, leader, n.others(leader)[s.Pick%2], term)
 	case s.Fault.Storage():
 		return n.storage(ctx, s, leader, term)
+	case s.Fault == MistakenJoin:
+		return n.mistakenJoin(ctx, s, leader, term)
 	}
 	detail, apply, heal := n.prepare(ctx, &s, leader, term)
 	if apply == nil {

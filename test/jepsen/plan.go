@@ -23,11 +23,12 @@ const (
 	Wipe            Fault = "wipe"             // kill -9 a node, remove its data dir, start it again
 	TruncateLog     Fault = "truncate-log"     // kill -9 a node, cut its raft.db short, start it again
 	Corrupt         Fault = "corrupt"          // kill -9 a node, damage a file of its data dir, start it again
+	MistakenJoin    Fault = "mistaken-join"    // ask the cluster to add a fourth node that runs a cluster of its own
 )
 
 // AllFaults is every fault, in a fixed order.
 var AllFaults = []Fault{IsolateLeader, IsolateFollower, BridgeFault, OneWay, KillLeader, KillAll, PauseLeader, SnapshotCatchUp,
-	Wipe, TruncateLog, Corrupt}
+	Wipe, TruncateLog, Corrupt, MistakenJoin}
 
 // Storage reports whether f damages a node's data dir (see storage.go).
 func (f Fault) Storage() bool { return f == Wipe || f == TruncateLog || f == Corrupt }
@@ -55,8 +56,9 @@ func ParseFaults(s string) ([]Fault, error) {
 // MinorityOut reports whether the fault cuts off, stops or pauses a
 // minority of the nodes while the majority stays connected and up: an
 // operation acknowledged meanwhile is evidence that the cluster worked
-// around the fault. Not kill-all (no majority).
-func (f Fault) MinorityOut() bool { return f != KillAll }
+// around the fault. Not kill-all (no majority), not mistaken-join (every
+// node stays up and connected).
+func (f Fault) MinorityOut() bool { return f != KillAll && f != MistakenJoin }
 
 // holds is how long each fault lasts: [min, max).
 var holds = map[Fault][2]time.Duration{
@@ -71,13 +73,16 @@ var holds = map[Fault][2]time.Duration{
 	Wipe:            {200 * time.Millisecond, time.Second},      // down after the damage, before the restart
 	TruncateLog:     {200 * time.Millisecond, time.Second},
 	Corrupt:         {200 * time.Millisecond, time.Second},
+	MistakenJoin:    {200 * time.Millisecond, time.Second}, // the fourth node stays up after the answer
 }
 
 // overhead is what a fault takes beyond its hold on a quiet machine: for
 // a storage fault, the wait for the restarted node's verdict and the
-// runbook (remove, wipe, join, catch up). Plan counts it, so that the new faults replace random
+// runbook (remove, wipe, join, catch up); for mistaken-join, starting the
+// fourth node. Plan counts it, so that the new faults replace random
 // draws of the others instead of lengthening the run by their whole time.
-var overhead = map[Fault]time.Duration{Wipe: 2 * time.Second, TruncateLog: time.Second, Corrupt: time.Second}
+var overhead = map[Fault]time.Duration{Wipe: 2 * time.Second, TruncateLog: time.Second, Corrupt: time.Second,
+	MistakenJoin: time.Second}
 
 // Step is one fault of the schedule, then a healed rest.
 type Step struct {
@@ -88,7 +93,7 @@ type Step struct {
 	// Dir is the direction a one-way fault drops.
 	Dir Direction
 	// OnLeader: a storage fault hits the leader (else the follower Pick
-	// mod 2).
+	// mod 2); mistaken-join asks the leader (else that follower).
 	OnLeader bool
 	// Variant is how a storage fault damages the node: the Truncation
 	// or the Corruption.
@@ -123,7 +128,7 @@ func (s Step) String() string {
 		extra = fmt.Sprintf(" pick=%d", s.Pick)
 	case OneWay:
 		extra = " " + s.Dir.String()
-	case Wipe, TruncateLog, Corrupt:
+	case Wipe, TruncateLog, Corrupt, MistakenJoin:
 		extra = fmt.Sprintf(" follower pick=%d", s.Pick)
 		if s.OnLeader {
 			extra = " leader"
@@ -153,7 +158,7 @@ func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 		switch {
 		case f == OneWay:
 			s.Dir = []Direction{Inbound, Outbound}[rng.IntN(2)]
-		case f.Storage():
+		case f.Storage() || f == MistakenJoin:
 			s.OnLeader = rng.IntN(2) == 0
 			s.Variant = rng.IntN(max(len(variantNames[f]), 1))
 		}

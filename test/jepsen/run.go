@@ -47,6 +47,7 @@ type Result struct {
 	Counts   map[string]int // attempts by kind and outcome
 	Faults   int            // faults carried out
 	Damages  []Damage       // what each storage fault did, and what became of the node
+	Joins    []JoinAttempt  // what each mistaken join was answered
 	Evidence Evidence
 	Verdicts []string // one line per check, "name: ok" or "name: FAIL ..."
 	Problems []string // every failed check's problems; empty when the run passed
@@ -66,6 +67,13 @@ func (r Result) String() string {
 				fmt.Fprintf(&b, ": FAILED: %v", d.RunbookErr)
 			}
 			b.WriteString("\n")
+		}
+	}
+	for _, j := range r.Joins {
+		fmt.Fprintf(&b, "  mistaken-join via %s at %.3fs: answered %s; members %s -> %s\n", j.Via, float64(j.At)/1e9,
+			j.answer(), memberList(j.Before), memberList(j.After))
+		if j.Cleanup != "" {
+			fmt.Fprintf(&b, "    %s\n", j.Cleanup)
 		}
 	}
 	fmt.Fprintf(&b, "evidence: %s\n", r.Evidence)
@@ -115,7 +123,7 @@ func Run(t testing.TB, o Options) (Result, error) {
 	res.Elapsed = time.Since(start)
 	res.Counts = Counts(history)
 	res.Faults = len(nem.Windows())
-	res.Damages = nem.Damages()
+	res.Damages, res.Joins = nem.Damages(), nem.Joins()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
 		return res, err
 	}
@@ -156,6 +164,7 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 	for _, s := range c.Servers { // a reused artifacts dir: start the logs afresh
 		_ = os.Remove(s.LogPath)
 	}
+	_ = os.Remove(filepath.Join(o.Artifacts, "n4.log")) // the fourth node's, of mistaken-join
 	_ = os.Remove(filepath.Join(o.Artifacts, "history.html"))
 	return c, nil
 }
@@ -246,6 +255,9 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 		for _, r := range []checker.Report{loss, handled} {
 			verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
 		}
+	}
+	if r := CheckJoins(res.Joins); slices.Contains(o.Faults, MistakenJoin) || r.Checked > 0 {
+		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/rangealloc/rangealloc/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -131,6 +132,33 @@ func TestCheckStorage(t *testing.T) {
 			assert.Equal(t, tc.handled, !handled.OK, "damaged node refused or served: %v", handled.Problems)
 			assert.Equal(t, 1, handled.Checked)
 			assert.Equal(t, map[bool]int{true: 1, false: 0}[tc.d.Loss], loss.Checked)
+		})
+	}
+}
+
+// TestCheckJoins checks the mistaken-join check: 409 NodeNotEmpty with the
+// newcomer's clusterId and lastIndex, membership unchanged.
+func TestCheckJoins(t *testing.T) {
+	three := []api.ClusterMember{{ID: "n1", Voter: true}, {ID: "n2", Voter: true}, {ID: "n3", Voter: true}}
+	four := append(append([]api.ClusterMember(nil), three...), api.ClusterMember{ID: "n4", Voter: true})
+	details := map[string]any{"clusterId": "7f3c", "lastIndex": float64(12)}
+	for _, tc := range []struct {
+		name     string
+		j        JoinAttempt
+		problems int
+	}{
+		{"refused", JoinAttempt{Status: 409, Code: "NodeNotEmpty", Details: details, Before: three, After: three}, 0},
+		{"added", JoinAttempt{Status: 200, Before: three, After: four}, 2},
+		{"refused, but added", JoinAttempt{Status: 409, Code: "NodeNotEmpty", Details: details, Before: three, After: four}, 1},
+		{"refused without details", JoinAttempt{Status: 409, Code: "NodeNotEmpty", Before: three, After: three}, 1},
+		{"another refusal", JoinAttempt{Status: 400, Code: "InvalidArgument", Before: three, After: three}, 1},
+		{"no answer", JoinAttempt{Err: "timeout"}, 1},
+		{"cleanup failed", JoinAttempt{Status: 200, Before: three, After: four, Cleanup: "could not remove n4"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := CheckJoins([]JoinAttempt{tc.j})
+			assert.Len(t, rep.Problems, tc.problems, "%v", rep.Problems)
+			assert.Equal(t, tc.problems == 0, rep.OK)
 		})
 	}
 }
