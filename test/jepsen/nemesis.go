@@ -109,8 +109,27 @@ func (n *Nemesis) HealAll() error {
 	return errors.Join(errs...)
 }
 
+// restartDown starts every server that is down between steps: one that
+// crashed (the crash is recorded already), or one that the runbook could
+// not bring back. A supervisor would restart it too; without this, one
+// crash takes the next fault below a majority, and every later step waits
+// for a leader in vain.
+func (n *Nemesis) restartDown() error {
+	var errs []error
+	for _, s := range n.C.Servers {
+		if up, _ := s.Running(); !up {
+			n.mark("restart %s, which is down", s.ID)
+			errs = append(errs, s.Start())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // step injects one fault, holds it, and heals it.
 func (n *Nemesis) step(ctx context.Context, s Step) error {
+	if err := n.restartDown(); err != nil {
+		return err
+	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	leader, term, err := n.C.WaitLeader(lctx)
 	cancel()
