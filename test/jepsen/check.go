@@ -229,3 +229,12 @@ func CheckJoins(js []JoinAttempt) checker.Report {
 	rep.OK = len(rep.Problems) == 0
 	return rep
 }
+
+// FaultRuns counts the faults carried out, by kind.
+func FaultRuns(windows []Window) map[Fault]int {
+	runs := map[Fault]int{}
+	for _, w := range windows {
+		runs[w.Fault]++
+	}
+	return runs
+}

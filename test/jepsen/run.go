@@ -46,6 +46,8 @@ type Result struct {
 	Elapsed  time.Duration
 	Counts   map[string]int // attempts by kind and outcome
 	Faults   int            // faults carried out
+	Kinds    []Fault        // the kinds of fault the nemesis drew from
+	Runs     map[Fault]int  // faults carried out, by kind
 	Damages  []Damage       // what each storage fault did, and what became of the node
 	Joins    []JoinAttempt  // what each mistaken join was answered
 	Evidence Evidence
@@ -59,6 +61,13 @@ func (r Result) String() string {
 		r.Seed, r.Elapsed.Round(100*time.Millisecond), r.Counts["ok"]+r.Counts["fail"]+r.Counts["unknown"],
 		r.Counts["ok"], r.Counts["fail"], r.Counts["unknown"], r.Counts["retry"],
 		r.Counts["allocate"], r.Counts["release"], r.Counts["get"], r.Counts["list"], r.Faults)
+	var runs []string
+	for _, f := range AllFaults {
+		if r.Runs[f] > 0 || slices.Contains(r.Kinds, f) {
+			runs = append(runs, fmt.Sprintf("%s %d", f, r.Runs[f]))
+		}
+	}
+	fmt.Fprintf(&b, "faults run: %s\n", strings.Join(runs, ", "))
 	for _, d := range r.Damages {
 		fmt.Fprintf(&b, "  %s of %s %s at %.3fs: %s; %s: %s\n", d.Fault, d.Role, d.Node, float64(d.At)/1e9, d.What, d.Verdict, d.Why)
 		if d.Runbook != "" || d.RunbookErr != nil {
@@ -122,7 +131,7 @@ func Run(t testing.TB, o Options) (Result, error) {
 	res.Problems = append(res.Problems, errString(nemErr)...)
 	res.Elapsed = time.Since(start)
 	res.Counts = Counts(history)
-	res.Faults = len(nem.Windows())
+	res.Faults, res.Kinds, res.Runs = len(nem.Windows()), o.Faults, FaultRuns(nem.Windows())
 	res.Damages, res.Joins = nem.Damages(), nem.Joins()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
 		return res, err
