@@ -70,10 +70,28 @@ var holds = map[Fault][2]time.Duration{
 	KillAll:         {500 * time.Millisecond, 1500 * time.Millisecond},
 	PauseLeader:     {2500 * time.Millisecond, 4 * time.Second}, // long enough for a new leader's writes before reads arrive
 	SnapshotCatchUp: {2 * time.Second, 3 * time.Second},         // at least; then until the leader snapshotted past the follower
-	Wipe:            {200 * time.Millisecond, time.Second},      // down after the damage, before the restart
-	TruncateLog:     {200 * time.Millisecond, time.Second},
-	Corrupt:         {200 * time.Millisecond, time.Second},
-	MistakenJoin:    {200 * time.Millisecond, time.Second}, // the fourth node stays up after the answer
+	// A storage fault's node is down this long after the damage; a loss
+	// on the leader first has a follower cut off this long.
+	Wipe:        {100 * time.Millisecond, 500 * time.Millisecond},
+	TruncateLog: {100 * time.Millisecond, 500 * time.Millisecond},
+	Corrupt:     {100 * time.Millisecond, 500 * time.Millisecond},
+	// The fourth node stays up this long after the answer.
+	MistakenJoin: {100 * time.Millisecond, 300 * time.Millisecond},
+}
+
+// rests is the healed pause after a fault, [min, max): 1–2 s, less after
+// the faults below the line. A storage fault ends with the runbook's wait
+// until the node is a caught-up voter, and a mistaken join takes no node
+// out, so neither needs the others' time to settle; the shorter rests keep
+// the CI seeds within half a minute of their time before these faults.
+func rests(f Fault) [2]time.Duration {
+	switch {
+	case f == MistakenJoin:
+		return [2]time.Duration{200 * time.Millisecond, 500 * time.Millisecond}
+	case f.Storage():
+		return [2]time.Duration{500 * time.Millisecond, 1500 * time.Millisecond}
+	}
+	return [2]time.Duration{time.Second, 2 * time.Second}
 }
 
 // overhead is what a fault takes beyond its hold on a quiet machine: for
@@ -153,8 +171,8 @@ func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 		return (lo + time.Duration(rng.Int64N(int64(hi-lo)))).Round(time.Millisecond)
 	}
 	step := func(f Fault) Step {
-		h := holds[f]
-		s := Step{Fault: f, Pick: rng.IntN(6), Hold: between(h[0], h[1]), Rest: between(time.Second, 2*time.Second)}
+		h, r := holds[f], rests(f)
+		s := Step{Fault: f, Pick: rng.IntN(6), Hold: between(h[0], h[1]), Rest: between(r[0], r[1])}
 		switch {
 		case f == OneWay:
 			s.Dir = []Direction{Inbound, Outbound}[rng.IntN(2)]
