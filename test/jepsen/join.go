@@ -47,10 +47,6 @@ func (n *Nemesis) mistakenJoin(ctx context.Context, s Step, leader int, term uin
 	if err != nil {
 		return err
 	}
-	_ = os.RemoveAll(sp.DataDir)
-	if err := sp.Start(); err != nil {
-		return err
-	}
 	defer func() {
 		_ = sp.Kill()
 		_ = os.RemoveAll(sp.DataDir)
@@ -65,21 +61,7 @@ func (n *Nemesis) mistakenJoin(ctx context.Context, s Step, leader int, term uin
 		n.joins = append(n.joins, j)
 		n.mu.Unlock()
 	}()
-	spc := newClient(sp.HTTP, time.Second)
-	sctx, cancel := context.WithTimeout(ctx, spareWithin)
-	err = poll(sctx, 200*time.Millisecond, sp.ID+" serves its own cluster", func() (bool, string) {
-		st, err := spc.Cluster(sctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		if st.Leader.ID != sp.ID {
-			return false, fmt.Sprintf("leader %q", st.Leader.ID)
-		}
-		_, err = spc.Pool(sctx, "clusterip-ipv4", client.Options{})
-		return err == nil, fmt.Sprint(err)
-	})
-	cancel()
-	if err != nil {
+	if err := n.startSpare(ctx, sp); err != nil {
 		j.Err = fmt.Sprintf("the fourth node did not come up: %v (log in %s)", err, sp.LogPath)
 		n.Logf("skip %s: %s", s.Fault, j.Err)
 		return nil
@@ -117,6 +99,31 @@ func (n *Nemesis) mistakenJoin(ctx context.Context, s Step, leader int, term uin
 	n.mu.Unlock()
 	n.mark("heal %s", s.Fault)
 	return nil
+}
+
+// startSpare starts the fourth node on an empty data dir and waits until
+// it leads its own cluster and serves its default pools.
+func (n *Nemesis) startSpare(ctx context.Context, sp *Server) error {
+	if err := os.RemoveAll(sp.DataDir); err != nil {
+		return err
+	}
+	if err := sp.Start(); err != nil {
+		return err
+	}
+	c := newClient(sp.HTTP, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, spareWithin)
+	defer cancel()
+	return poll(ctx, 200*time.Millisecond, sp.ID+" serves its own cluster", func() (bool, string) {
+		st, err := c.Cluster(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if st.Leader.ID != sp.ID {
+			return false, fmt.Sprintf("leader %q", st.Leader.ID)
+		}
+		_, err = c.Pool(ctx, "clusterip-ipv4", client.Options{})
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // membersNow returns the configuration the current leader reports, or

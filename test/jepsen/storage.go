@@ -106,15 +106,40 @@ func (n *Nemesis) storage(ctx context.Context, s Step, leader int, term uint64) 
 			n.C.Servers[lagger].ID, srv.ID, term, target)
 	}
 	n.mark("fault %s: %s", s.Fault, w.Detail)
+	off, err := n.damage(ctx, s, victim, lagger, &d)
+	if err != nil {
+		return err
+	}
+	d.Verdict, d.Why = n.await(ctx, victim, off, target)
+	n.mark("%s %s: %s", srv.ID, d.Verdict, d.Why)
+	if err := n.bringBack(ctx, victim, &d); err != nil {
+		return err
+	}
+	w.End = n.Now()
+	n.mu.Lock()
+	n.windows = append(n.windows, w)
+	n.damages = append(n.damages, d)
+	n.mu.Unlock()
+	n.mark("heal %s", s.Fault)
+	return nil
+}
+
+// damage cuts lagger off for the hold (unless it is -1), kills node
+// victim, damages its data dir as s says, holds it down (when no node was
+// cut off), and starts it again with its usual flags, healing the cut. It
+// fills in d.What and returns the size of the node's log before the start.
+func (n *Nemesis) damage(ctx context.Context, s Step, victim, lagger int, d *Damage) (int64, error) {
+	srv := n.C.Servers[victim]
 	if lagger >= 0 {
 		if err := n.C.Lab.Drop(lagger, Both, n.others(lagger)...); err != nil {
-			return err
+			return 0, err
 		}
 		sleep(ctx, s.Hold)
 	}
 	if err := srv.Kill(); err != nil {
-		return err
+		return 0, err
 	}
+	var err error
 	switch s.Fault {
 	case Wipe:
 		d.What, err = wipeDir(srv.DataDir)
@@ -124,7 +149,7 @@ func (n *Nemesis) storage(ctx context.Context, s Step, leader int, term uint64) 
 		d.What, err = corrupt(srv.DataDir, s.Variant)
 	}
 	if err != nil {
-		return fmt.Errorf("%s of %s: %w", s.Fault, srv.ID, err)
+		return 0, fmt.Errorf("%s of %s: %w", s.Fault, srv.ID, err)
 	}
 	n.mark("%s: %s", srv.ID, d.What)
 	if lagger < 0 {
@@ -132,38 +157,37 @@ func (n *Nemesis) storage(ctx context.Context, s Step, leader int, term uint64) 
 	}
 	off := srv.LogSize()
 	if err := srv.StartDamaged(); err != nil {
-		return err
+		return 0, err
 	}
 	if lagger >= 0 {
 		if err := n.C.Lab.Heal(); err != nil {
-			return err
+			return 0, err
 		}
 		n.mark("healed the cut of %s", n.C.Servers[lagger].ID)
 	}
-	d.Verdict, d.Why = n.await(ctx, victim, off, target)
-	n.mark("%s %s: %s", srv.ID, d.Verdict, d.Why)
+	return off, nil
+}
+
+// bringBack acts on d's verdict about node i: a node that served is
+// settled; one that refused, exited or hung (it is killed first) is
+// brought back by the runbook, whose outcome goes into d.
+func (n *Nemesis) bringBack(ctx context.Context, i int, d *Damage) error {
+	srv := n.C.Servers[i]
 	switch d.Verdict {
 	case Served:
 		srv.Settle()
+		return nil
 	case Hung:
 		if err := srv.Kill(); err != nil {
 			return err
 		}
-		fallthrough
-	default:
-		d.Runbook, d.RunbookErr = n.runbook(ctx, victim)
-		if d.RunbookErr != nil {
-			n.mark("runbook for %s failed: %s: %v", srv.ID, d.Runbook, d.RunbookErr)
-		} else {
-			n.mark("runbook for %s: %s", srv.ID, d.Runbook)
-		}
 	}
-	w.End = n.Now()
-	n.mu.Lock()
-	n.windows = append(n.windows, w)
-	n.damages = append(n.damages, d)
-	n.mu.Unlock()
-	n.mark("heal %s", s.Fault)
+	d.Runbook, d.RunbookErr = n.runbook(ctx, i)
+	if d.RunbookErr != nil {
+		n.mark("runbook for %s failed: %s: %v", srv.ID, d.Runbook, d.RunbookErr)
+	} else {
+		n.mark("runbook for %s: %s", srv.ID, d.Runbook)
+	}
 	return nil
 }
 
