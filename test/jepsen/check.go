@@ -19,10 +19,17 @@ type Evidence struct {
 	LeaderChanges int
 	// Unknown counts the attempts whose outcome was unknown.
 	Unknown int
-	// SnapshotInstalls counts the servers' "Installed remote snapshot" lines.
+	// SnapshotInstalls counts the servers' "Installed remote snapshot"
+	// lines, but for RebuildInstalls.
 	SnapshotInstalls int
+	// RebuildInstalls counts the first snapshot each node installed after
+	// a start on a data dir that a storage fault damaged or the runbook
+	// emptied: a node that starts from nothing catches up that way as a
+	// matter of course, so these installs are no evidence that a follower
+	// with state was brought forward by InstallSnapshot.
+	RebuildInstalls int
 	// OKUnderFault counts the acknowledged operations that began and
-	// ended while a fault was in force that left a majority connected.
+	// ended while a fault had a minority out (Window.MinorityOut).
 	OKUnderFault int
 	// Recovery is the slowest return to service after a heal (a figure,
 	// not a check).
@@ -99,7 +106,18 @@ func Gather(h checker.History, windows []Window, logs []string) Evidence {
 	elections := 0
 	for _, l := range logs {
 		elections += strings.Count(l, enteredLeader)
-		e.SnapshotInstalls += strings.Count(l, snapshotInstalled)
+		rebuilt := false // since the last start, which was after damage; no install yet
+		for _, line := range strings.Split(l, "\n") {
+			switch {
+			case strings.HasPrefix(line, startLine):
+				rebuilt = strings.Contains(line, afterDamage)
+			case strings.Contains(line, snapshotInstalled) && rebuilt:
+				e.RebuildInstalls++
+				rebuilt = false
+			case strings.Contains(line, snapshotInstalled):
+				e.SnapshotInstalls++
+			}
+		}
 	}
 	e.LeaderChanges = max(elections-1, 0)
 	e.Recovery = recovery(h, windows)
@@ -109,7 +127,7 @@ func Gather(h checker.History, windows []Window, logs []string) Evidence {
 			e.Unknown++
 		case checker.OK:
 			for _, w := range windows {
-				if w.Majority && op.Call >= w.Start && op.Return <= w.End {
+				if w.MinorityOut && op.Call >= w.Start && op.Return <= w.End {
 					e.OKUnderFault++
 					break
 				}
@@ -137,8 +155,8 @@ func (e Evidence) Check() checker.Report {
 }
 
 func (e Evidence) String() string {
-	return fmt.Sprintf("%d leader changes, %d unknown outcomes, %d snapshot installs, %d ok under a minority fault; slowest recovery after a heal: %s",
-		e.LeaderChanges, e.Unknown, e.SnapshotInstalls, e.OKUnderFault, e.Recovery)
+	return fmt.Sprintf("%d leader changes, %d unknown outcomes, %d snapshot installs (and %d by rebuilt nodes), %d ok under a minority fault; slowest recovery after a heal: %s",
+		e.LeaderChanges, e.Unknown, e.SnapshotInstalls, e.RebuildInstalls, e.OKUnderFault, e.Recovery)
 }
 
 // ExpandLists adds, for every acknowledged list, one get per value of its
@@ -171,4 +189,52 @@ func Counts(h checker.History) map[string]int {
 		}
 	}
 	return c
+}
+
+// CheckStorage judges the storage faults. "storage loss refused": a node
+// whose data dir lost everything (a wipe, a raft.db cut to 0 bytes) must
+// not start. "damaged node refused or served": after every storage fault
+// the node refused to start, saying so, and the runbook brought it back,
+// or it started and served.
+func CheckStorage(ds []Damage) (loss, handled checker.Report) {
+	loss = checker.Report{Name: "storage loss refused", OK: true}
+	handled = checker.Report{Name: "damaged node refused or served", OK: true, Checked: len(ds)}
+	for _, d := range ds {
+		at := fmt.Sprintf("%s of %s at %.3fs (%s)", d.Fault, d.Node, float64(d.At)/1e9, d.What)
+		if d.Loss {
+			loss.Checked++
+			if d.Verdict == Served || d.Verdict == Hung {
+				loss.Problems = append(loss.Problems, fmt.Sprintf("%s: not refused: %s", at, d.Why))
+			}
+		}
+		if d.Verdict == Exited || d.Verdict == Hung {
+			handled.Problems = append(handled.Problems, fmt.Sprintf("%s: %s: %s", at, d.Verdict, d.Why))
+		}
+		if d.RunbookErr != nil {
+			handled.Problems = append(handled.Problems, fmt.Sprintf("%s: the runbook did not bring %s back: %s: %v", at, d.Node, d.Runbook, d.RunbookErr))
+		}
+	}
+	loss.OK, handled.OK = len(loss.Problems) == 0, len(handled.Problems) == 0
+	return loss, handled
+}
+
+// CheckJoins judges the mistaken joins: each must be answered 409
+// NodeNotEmpty with the newcomer's clusterId and lastIndex, and leave the
+// membership as it was.
+func CheckJoins(js []JoinAttempt) checker.Report {
+	rep := checker.Report{Name: "mistaken join refused", Checked: len(js)}
+	for _, j := range js {
+		rep.Problems = append(rep.Problems, j.problems()...)
+	}
+	rep.OK = len(rep.Problems) == 0
+	return rep
+}
+
+// FaultRuns counts the faults carried out, by kind.
+func FaultRuns(windows []Window) map[Fault]int {
+	runs := map[Fault]int{}
+	for _, w := range windows {
+		runs[w.Fault]++
+	}
+	return runs
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 )
 
@@ -42,38 +43,74 @@ func DefaultTuning() Tuning {
 		TrailingLogs: 16}
 }
 
+// args are the flags of the Raft tuning.
+func (t Tuning) args() []string {
+	return []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
+		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
+		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
+		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
+}
+
 // Cluster is three servers in a Lab.
 type Cluster struct {
 	Lab     *Lab
 	Servers []*Server
 	Tuning  Tuning
 	ctl     []*client.Client // per node, short timeouts, for the harness's own calls
+	admin   []*client.Client // per node, for membership changes, which wait for a commit
+
+	bin, dataDir, logDir string
+	spare                *Server // the fourth node of mistaken-join, once Spare made it
 }
 
 // NewCluster prepares one server per namespace of lab; Start starts them.
 func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet) *Cluster {
-	c := &Cluster{Lab: lab, Tuning: tuning}
+	c := &Cluster{Lab: lab, Tuning: tuning, bin: bin, dataDir: dataDir, logDir: logDir}
 	var peers []string
 	for i, ip := range lab.IPs {
 		peers = append(peers, fmt.Sprintf("n%d=%s:%d=%s:%d", i+1, ip, raftPort, ip, httpPort))
 	}
-	for i, ip := range lab.IPs {
-		id := fmt.Sprintf("n%d", i+1)
-		s := &Server{ID: id, NS: lab.NS[i], bin: bin,
-			HTTP: fmt.Sprintf("%s:%d", ip, httpPort), Raft: fmt.Sprintf("%s:%d", ip, raftPort),
-			LogPath: filepath.Join(logDir, id+".log")}
-		s.args = []string{"server", "--id", id, "--data-dir", filepath.Join(dataDir, id),
+	for i := range lab.IPs {
+		s := c.newServer(i)
+		s.args = append([]string{"server", "--id", s.ID, "--data-dir", s.DataDir,
 			"--http-addr", s.HTTP, "--raft-addr", s.Raft, "--peers", strings.Join(peers, ","),
-			"--service-cidr", pools.IPRange, "--node-port-range", pools.PortRange,
-			"--heartbeat-timeout", tuning.HeartbeatTimeout.String(), "--election-timeout", tuning.ElectionTimeout.String(),
-			"--leader-lease-timeout", tuning.LeaderLeaseTimeout.String(),
-			"--snapshot-threshold", fmt.Sprint(tuning.SnapshotThreshold), "--snapshot-interval", tuning.SnapshotInterval.String(),
-			"--trailing-logs", fmt.Sprint(tuning.TrailingLogs), "--log-level", "info"}
+			"--service-cidr", pools.IPRange, "--node-port-range", pools.PortRange}, tuning.args()...)
 		c.Servers = append(c.Servers, s)
-		c.ctl = append(c.ctl, client.New(s.HTTP, &http.Client{Timeout: time.Second,
-			Transport: &http.Transport{DisableKeepAlives: true}}))
+		c.ctl = append(c.ctl, newClient(s.HTTP, time.Second))
+		c.admin = append(c.admin, newClient(s.HTTP, 10*time.Second))
 	}
 	return c
+}
+
+// newServer returns node i of the lab, without its flags.
+func (c *Cluster) newServer(i int) *Server {
+	id, ip := fmt.Sprintf("n%d", i+1), c.Lab.IPs[i]
+	return &Server{ID: id, NS: c.Lab.NS[i], bin: c.bin, DataDir: filepath.Join(c.dataDir, id),
+		HTTP: fmt.Sprintf("%s:%d", ip, httpPort), Raft: fmt.Sprintf("%s:%d", ip, raftPort),
+		LogPath: filepath.Join(c.logDir, id+".log")}
+}
+
+func newClient(addr string, timeout time.Duration) *client.Client {
+	return client.New(addr, &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}})
+}
+
+// Spare returns the fourth node of mistaken-join, making its namespace the
+// first time: a bare server (no --peers, no --join, the default pools)
+// that bootstraps a one-node cluster of its own. It is not one of Servers,
+// so no check looks at it, and Gather does not read its log.
+func (c *Cluster) Spare() (*Server, error) {
+	if c.spare != nil {
+		return c.spare, nil
+	}
+	i, err := c.Lab.AddNode()
+	if err != nil {
+		return nil, fmt.Errorf("the fourth node's namespace: %w", err)
+	}
+	s := c.newServer(i)
+	s.args = append([]string{"server", "--id", s.ID, "--data-dir", s.DataDir, "--http-addr", s.HTTP, "--raft-addr", s.Raft},
+		c.Tuning.args()...)
+	c.spare = s
+	return s, nil
 }
 
 // Start starts every server that is not running.
@@ -168,6 +205,21 @@ func (c *Cluster) WaitPools(ctx context.Context, ps PoolSet) error {
 		}
 		return true, ""
 	})
+}
+
+// Members returns the configuration node i reports, sorted by ID, with
+// Leader cleared: what a membership change may change.
+func (c *Cluster) Members(ctx context.Context, i int) ([]api.ClusterMember, error) {
+	st, err := c.ctl[i].Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms := st.Members
+	for j := range ms {
+		ms[j].Leader = false
+	}
+	slices.SortFunc(ms, func(a, b api.ClusterMember) int { return strings.Compare(a.ID, b.ID) })
+	return ms, nil
 }
 
 // AppliedIndex returns node i's applied index.

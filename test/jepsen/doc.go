@@ -4,6 +4,13 @@
 // partitions, kills and pauses the nodes on a schedule drawn from a seed.
 // The recorded history is judged by package test/checker.
 //
+// The nemesis also plays the faults of an appliance's life: a node's data
+// dir wiped, its raft.db truncated, a page or a snapshot corrupted (the
+// node must refuse to start, and the operator's runbook bring it back; see
+// storage.go), and a join of a fourth node that runs a cluster of its own
+// (it must be refused; see join.go). The fourth node gets a namespace of
+// its own, 10.77.R.4, the first time it is needed.
+//
 // The network of a run (R is a free octet, claimed by creating the bridge):
 //
 //	root namespace                         namespace rjepsen-<pid>-R-n1 ... -n3

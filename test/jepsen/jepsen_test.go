@@ -143,7 +143,7 @@ func TestEvidence(t *testing.T) {
 		{Client: 1, Kind: "get", Pool: "p", Value: "1", Call: 30, Return: 40, Outcome: checker.OK, Result: "a"},
 	}
 	oneElection := []string{"[INFO]  raft: entering leader state: leader=\"Node at 10.77.1.1:7081 [Leader]\"\n", "", ""}
-	faults := []Window{{Fault: KillAll, Start: 100, End: 200, Majority: false}} // the quiet ops precede it
+	faults := []Window{{Fault: KillAll, Start: 100, End: 200, MinorityOut: false}} // the quiet ops precede it
 
 	rep := Gather(quiet, faults, oneElection).Check()
 	assert.False(t, rep.OK, "a run with no leader change, unknown outcome, snapshot install or ok under a fault")
@@ -156,10 +156,23 @@ func TestEvidence(t *testing.T) {
 		{Client: 0, Kind: "release", Pool: "p", Value: "1", Owner: "a", Key: "k3", Call: 310, Return: 390, Outcome: checker.OK},
 	}, quiet...)
 	logs := []string{oneElection[0], oneElection[0] + "[INFO]  raft: Installed remote snapshot\n", ""}
-	windows := append(faults, Window{Fault: IsolateLeader, Start: 300, End: 400, Majority: true})
+	windows := append(faults, Window{Fault: IsolateLeader, Start: 300, End: 400, MinorityOut: true})
 	e := Gather(busy, windows, logs)
 	assert.Equal(t, Evidence{LeaderChanges: 1, Unknown: 1, SnapshotInstalls: 1, OKUnderFault: 1}, e)
 	assert.True(t, e.Check().OK, "%v", e.Check().Problems)
+
+	// The first snapshot a node installs after a start on a damaged or
+	// emptied data dir is no evidence; a later one, or one after a plain
+	// restart, is. A mistaken join leaves no minority out.
+	rebuilt := startLine + "n2 " + afterDamage + " (empty data dir, --join x) at t\n" +
+		"[INFO]  raft: Installed remote snapshot\n[INFO]  raft: Installed remote snapshot\n" +
+		startLine + "n2 " + afterDamage + " (usual flags) at t\n" + "[INFO]  raft: Installed remote snapshot\n" +
+		startLine + "n2 at t\n" + "[INFO]  raft: Installed remote snapshot\n"
+	windows = append(faults, Window{Fault: MistakenJoin, Start: 300, End: 400, MinorityOut: MistakenJoin.MinorityOut()})
+	e = Gather(busy, windows, []string{oneElection[0], rebuilt, ""})
+	assert.Equal(t, Evidence{LeaderChanges: 0, Unknown: 1, SnapshotInstalls: 2, RebuildInstalls: 2}, e)
+	assert.Equal(t, []string{"vacuous run: no leader change", "vacuous run: no operation succeeded while a fault left a majority connected"},
+		e.Check().Problems)
 }
 
 // TestRecovery checks the slowest return to service after a heal: per
@@ -199,11 +212,19 @@ func TestPlan(t *testing.T) {
 		var sum time.Duration
 		for _, s := range a {
 			seen[s.Fault] = true
-			sum += s.Hold + s.Rest
+			sum += s.Cost()
+			assert.Less(t, s.Variant, max(len(variantNames[s.Fault]), 1), "%s", s)
 		}
 		assert.Len(t, seen, len(AllFaults), "Plan(%d) has every fault", seed)
 		assert.GreaterOrEqual(t, sum, 30*time.Second, "Plan(%d) lasts", seed)
 	}
+	// A long run draws every way a storage fault can hit: the leader and a
+	// follower, and every variant.
+	kinds := map[string]bool{}
+	for _, s := range Plan(5, []Fault{Wipe, TruncateLog, Corrupt}, 5*time.Minute) {
+		kinds[fmt.Sprint(s.Fault, s.OnLeader, s.Variant)] = true
+	}
+	assert.Len(t, kinds, 2+2*2+2*3, "%v", kinds)
 	assert.NotEqual(t, Plan(1, AllFaults, time.Minute), Plan(2, AllFaults, time.Minute))
 	only := Plan(7, []Fault{KillAll}, 10*time.Second)
 	for _, s := range only {

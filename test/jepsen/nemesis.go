@@ -13,11 +13,13 @@ import (
 
 // Window is the time a fault was in force, on the run's clock.
 type Window struct {
-	Fault    Fault
-	Detail   string
-	Start    int64
-	End      int64
-	Majority bool // a majority stayed connected and up
+	Fault  Fault
+	Detail string
+	Start  int64
+	End    int64
+	// MinorityOut: a minority was cut off, down or paused while the
+	// majority stayed connected and up (Fault.MinorityOut).
+	MinorityOut bool
 }
 
 // Nemesis carries out a plan against a cluster and logs every fault and
@@ -30,8 +32,11 @@ type Nemesis struct {
 	// burstLead before it is resumed.
 	BeforeResume func(node int)
 
+	// mu guards the following.
 	mu      sync.Mutex
 	windows []Window
+	damages []Damage      // the storage faults' outcomes
+	joins   []JoinAttempt // the mistaken joins' outcomes
 }
 
 // Logf writes one timestamped line to the nemesis log.
@@ -56,6 +61,20 @@ func (n *Nemesis) Windows() []Window {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]Window(nil), n.windows...)
+}
+
+// Damages returns the outcomes of the storage faults carried out so far.
+func (n *Nemesis) Damages() []Damage {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]Damage(nil), n.damages...)
+}
+
+// Joins returns the outcomes of the mistaken joins carried out so far.
+func (n *Nemesis) Joins() []JoinAttempt {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]JoinAttempt(nil), n.joins...)
 }
 
 // Run carries out plan, one step after another, then heals everything.
@@ -90,8 +109,27 @@ func (n *Nemesis) HealAll() error {
 	return errors.Join(errs...)
 }
 
+// restartDown starts every server that is down between steps: one that
+// crashed (the crash is recorded already), or one that the runbook could
+// not bring back. A supervisor would restart it too; without this, one
+// crash takes the next fault below a majority, and every later step waits
+// for a leader in vain.
+func (n *Nemesis) restartDown() error {
+	var errs []error
+	for _, s := range n.C.Servers {
+		if up, _ := s.Running(); !up {
+			n.mark("restart %s, which is down", s.ID)
+			errs = append(errs, s.Start())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // step injects one fault, holds it, and heals it.
 func (n *Nemesis) step(ctx context.Context, s Step) error {
+	if err := n.restartDown(); err != nil {
+		return err
+	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	leader, term, err := n.C.WaitLeader(lctx)
 	cancel()
@@ -99,14 +137,19 @@ func (n *Nemesis) step(ctx context.Context, s Step) error {
 		n.Logf("skip %s: %v", s.Fault, err)
 		return nil
 	}
-	if s.Fault == SnapshotCatchUp {
+	switch {
+	case s.Fault == SnapshotCatchUp:
 		return n.snapshotCatchUp(ctx, s, leader, n.others(leader)[s.Pick%2], term)
+	case s.Fault.Storage():
+		return n.storage(ctx, s, leader, term)
+	case s.Fault == MistakenJoin:
+		return n.mistakenJoin(ctx, s, leader, term)
 	}
 	detail, apply, heal := n.prepare(ctx, &s, leader, term)
 	if apply == nil {
 		return fmt.Errorf("unknown fault %q", s.Fault)
 	}
-	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), Majority: s.Fault.Majority()}
+	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), MinorityOut: s.Fault.MinorityOut()}
 	n.mark("fault %s: %s", s.Fault, detail)
 	if err := apply(); err != nil {
 		return fmt.Errorf("%s: %w", s.Fault, err)
@@ -198,7 +241,7 @@ func (n *Nemesis) snapshotCatchUp(ctx context.Context, s Step, leader, f int, te
 	t := n.C.Tuning
 	need := base + uint64(2*t.SnapshotThreshold+t.TrailingLogs)
 	detail := fmt.Sprintf("follower %s cut off until leader %s (term %d) applies past %d (now %d)", srv.ID, n.C.Servers[leader].ID, term, need, base)
-	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), Majority: true}
+	w := Window{Fault: s.Fault, Detail: detail, Start: n.Now(), MinorityOut: true}
 	n.mark("fault %s: %s", s.Fault, detail)
 	if err := n.C.Lab.Drop(f, Both, n.others(f)...); err != nil {
 		return err

@@ -29,7 +29,8 @@ const (
 var ErrNoNetns = errors.New("network namespaces unavailable")
 
 // Lab is the network of one run: a bridge in the root namespace and one
-// namespace per node, each joined to the bridge by a veth pair.
+// namespace per node, each joined to the bridge by a veth pair. The
+// cluster's nodes come first; AddNode appends the others.
 type Lab struct {
 	Octet  int      // R in 10.77.R.0/24
 	Bridge string   // bridge name
@@ -119,27 +120,44 @@ func (l *Lab) build(n, pid int) error {
 		}
 	}
 	for i := 0; i < n; i++ {
-		ns := fmt.Sprintf("%s%d-%d-n%d", nsPrefix, pid, l.Octet, i+1)
-		ip := fmt.Sprintf(subnetFmt, l.Octet, i+1)
-		host, peer := fmt.Sprintf(vethHostFmt, l.Octet, i+1), fmt.Sprintf(vethNodeFmt, l.Octet, i+1)
-		if err := run("ip", "netns", "add", ns); err != nil {
-			return fmt.Errorf("%w: %v", ErrNoNetns, err)
+		if err := l.addNS(i, pid); err != nil {
+			return err
 		}
-		l.NS = append(l.NS, ns)
-		l.IPs = append(l.IPs, ip)
-		steps := [][]string{
-			{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
-			{"ip", "link", "set", host, "alias", alias},
-			{"ip", "link", "set", peer, "netns", ns},
-			{"ip", "link", "set", host, "master", l.Bridge, "up"},
-			{"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", peer},
-			{"ip", "netns", "exec", ns, "ip", "link", "set", peer, "up"},
-			{"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"},
-		}
-		for _, s := range steps {
-			if err := run(s[0], s[1:]...); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// AddNode adds one more namespace on the bridge, for a node that is not
+// one of the cluster's (the fourth node of mistaken-join), and returns its
+// index in NS and IPs. Close removes it with the others.
+func (l *Lab) AddNode() (int, error) {
+	i := len(l.NS)
+	return i, l.addNS(i, os.Getpid())
+}
+
+// addNS creates node i's namespace, its veth pair and its address.
+func (l *Lab) addNS(i, pid int) error {
+	alias := aliasPrefix + strconv.Itoa(pid)
+	ns := fmt.Sprintf("%s%d-%d-n%d", nsPrefix, pid, l.Octet, i+1)
+	ip := fmt.Sprintf(subnetFmt, l.Octet, i+1)
+	host, peer := fmt.Sprintf(vethHostFmt, l.Octet, i+1), fmt.Sprintf(vethNodeFmt, l.Octet, i+1)
+	if err := run("ip", "netns", "add", ns); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoNetns, err)
+	}
+	l.NS = append(l.NS, ns)
+	l.IPs = append(l.IPs, ip)
+	steps := [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", host, "alias", alias},
+		{"ip", "link", "set", peer, "netns", ns},
+		{"ip", "link", "set", host, "master", l.Bridge, "up"},
+		{"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", peer},
+		{"ip", "netns", "exec", ns, "ip", "link", "set", peer, "up"},
+		{"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s[0], s[1:]...); err != nil {
+			return err
 		}
 	}
 	return nil

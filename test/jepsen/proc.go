@@ -17,9 +17,10 @@ type Server struct {
 	NS      string
 	HTTP    string // ip:port of the API
 	Raft    string // ip:port of Raft
+	DataDir string
 	LogPath string
 	bin     string
-	args    []string
+	args    []string // its usual flags
 
 	// mu guards the following.
 	mu         sync.Mutex
@@ -27,11 +28,50 @@ type Server struct {
 	done       chan struct{} // closed when cmd has exited
 	paused     bool
 	expectExit bool     // the harness killed it
+	mayExit    bool     // started on a damaged data dir: an exit is a verdict, not a crash
+	exited     bool     // the process of the last start has exited...
+	exitErr    error    // ...with this (nil: status 0)
 	crashes    []string // exits the harness did not cause
 }
 
-// Start starts the process; it must not be running.
-func (s *Server) Start() error {
+// startLine begins the line the harness writes to a server's log at each
+// start.
+const startLine = "==== jepsen: start "
+
+// afterDamage marks, in a server's log, a start on a data dir that a
+// storage fault damaged or the runbook emptied: Gather does not count the
+// first snapshot that node installs as evidence.
+const afterDamage = "after storage damage"
+
+// Start starts the process with its usual flags; it must not be running.
+func (s *Server) Start() error { return s.start(s.args, "", false) }
+
+// StartDamaged starts the process with its usual flags on a data dir a
+// storage fault damaged. Until Settle, its exit is recorded for Exit and
+// is not a crash: the server may rightly refuse to start.
+func (s *Server) StartDamaged() error { return s.start(s.args, afterDamage+" (usual flags)", true) }
+
+// StartJoin starts the process as the runbook does after removing the
+// member and its data dir: its usual flags, with --join addr instead of
+// --peers.
+func (s *Server) StartJoin(addr string) error {
+	return s.start(joinArgs(s.args, addr), fmt.Sprintf("%s (empty data dir, --join %s)", afterDamage, addr), false)
+}
+
+// joinArgs returns args with --peers and its value replaced by --join addr.
+func joinArgs(args []string, addr string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--peers" {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return append(out, "--join", addr)
+}
+
+func (s *Server) start(args []string, note string, mayExit bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -42,8 +82,11 @@ func (s *Server) Start() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "==== jepsen: start %s at %s\n", s.ID, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command("ip", append([]string{"netns", "exec", s.NS, s.bin}, s.args...)...)
+	if note != "" {
+		note += " "
+	}
+	fmt.Fprintf(logf, "%s%s %sat %s\n", startLine, s.ID, note, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command("ip", append([]string{"netns", "exec", s.NS, s.bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: a Ctrl-C reaches the harness, which cleans up;
 	// Pdeathsig: the servers die with the test process even if it is
@@ -53,15 +96,15 @@ func (s *Server) Start() error {
 		return err
 	}
 	done := make(chan struct{})
-	s.cmd, s.done, s.paused, s.expectExit = cmd, done, false, false
+	s.cmd, s.done, s.paused, s.expectExit, s.mayExit, s.exited, s.exitErr = cmd, done, false, false, mayExit, false, nil
 	go func() {
 		err := cmd.Wait()
 		s.mu.Lock()
-		if !s.expectExit {
+		if !s.expectExit && !s.mayExit {
 			s.crashes = append(s.crashes, fmt.Sprintf("%s exited on its own: %v", s.ID, err))
 		}
 		if s.cmd == cmd {
-			s.cmd = nil
+			s.cmd, s.exited, s.exitErr = nil, true, err
 		}
 		s.mu.Unlock()
 		close(done)
@@ -122,6 +165,44 @@ func (s *Server) Mark(line string) {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "==== jepsen %s: %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), line)
+}
+
+// Exit reports whether the process of the last start has exited, and how
+// (nil: status 0).
+func (s *Server) Exit() (exited bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exited, s.exitErr
+}
+
+// Settle ends the grace of StartDamaged: the server was judged to serve,
+// so an exit from now on is a crash, and so is one that came meanwhile.
+func (s *Server) Settle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mayExit && s.exited && !s.expectExit {
+		s.crashes = append(s.crashes, fmt.Sprintf("%s exited on its own after it served on a damaged data dir: %v", s.ID, s.exitErr))
+	}
+	s.mayExit = false
+}
+
+// LogSize returns the size of the server's log, to read what it writes
+// from then on with LogSince.
+func (s *Server) LogSize() int64 {
+	fi, err := os.Stat(s.LogPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// LogSince returns what the log holds from offset off on.
+func (s *Server) LogSince(off int64) string {
+	b, err := os.ReadFile(s.LogPath)
+	if err != nil || off > int64(len(b)) {
+		return ""
+	}
+	return string(b[off:])
 }
 
 // Crashes returns the exits the harness did not cause.

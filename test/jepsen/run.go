@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,10 @@ type Result struct {
 	Elapsed  time.Duration
 	Counts   map[string]int // attempts by kind and outcome
 	Faults   int            // faults carried out
+	Kinds    []Fault        // the kinds of fault the nemesis drew from
+	Runs     map[Fault]int  // faults carried out, by kind
+	Damages  []Damage       // what each storage fault did, and what became of the node
+	Joins    []JoinAttempt  // what each mistaken join was answered
 	Evidence Evidence
 	Verdicts []string // one line per check, "name: ok" or "name: FAIL ..."
 	Problems []string // every failed check's problems; empty when the run passed
@@ -56,6 +61,30 @@ func (r Result) String() string {
 		r.Seed, r.Elapsed.Round(100*time.Millisecond), r.Counts["ok"]+r.Counts["fail"]+r.Counts["unknown"],
 		r.Counts["ok"], r.Counts["fail"], r.Counts["unknown"], r.Counts["retry"],
 		r.Counts["allocate"], r.Counts["release"], r.Counts["get"], r.Counts["list"], r.Faults)
+	var runs []string
+	for _, f := range AllFaults {
+		if r.Runs[f] > 0 || slices.Contains(r.Kinds, f) {
+			runs = append(runs, fmt.Sprintf("%s %d", f, r.Runs[f]))
+		}
+	}
+	fmt.Fprintf(&b, "faults run: %s\n", strings.Join(runs, ", "))
+	for _, d := range r.Damages {
+		fmt.Fprintf(&b, "  %s of %s %s at %.3fs: %s; %s: %s\n", d.Fault, d.Role, d.Node, float64(d.At)/1e9, d.What, d.Verdict, d.Why)
+		if d.Runbook != "" || d.RunbookErr != nil {
+			fmt.Fprintf(&b, "    runbook: %s", d.Runbook)
+			if d.RunbookErr != nil {
+				fmt.Fprintf(&b, ": FAILED: %v", d.RunbookErr)
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, j := range r.Joins {
+		fmt.Fprintf(&b, "  mistaken-join via %s at %.3fs: answered %s; members %s -> %s\n", j.Via, float64(j.At)/1e9,
+			j.answer(), memberList(j.Before), memberList(j.After))
+		if j.Cleanup != "" {
+			fmt.Fprintf(&b, "    %s\n", j.Cleanup)
+		}
+	}
 	fmt.Fprintf(&b, "evidence: %s\n", r.Evidence)
 	for _, v := range r.Verdicts {
 		fmt.Fprintf(&b, "  %s\n", v)
@@ -102,7 +131,8 @@ func Run(t testing.TB, o Options) (Result, error) {
 	res.Problems = append(res.Problems, errString(nemErr)...)
 	res.Elapsed = time.Since(start)
 	res.Counts = Counts(history)
-	res.Faults = len(nem.Windows())
+	res.Faults, res.Kinds, res.Runs = len(nem.Windows()), o.Faults, FaultRuns(nem.Windows())
+	res.Damages, res.Joins = nem.Damages(), nem.Joins()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
 		return res, err
 	}
@@ -143,6 +173,7 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 	for _, s := range c.Servers { // a reused artifacts dir: start the logs afresh
 		_ = os.Remove(s.LogPath)
 	}
+	_ = os.Remove(filepath.Join(o.Artifacts, "n4.log")) // the fourth node's, of mistaken-join
 	_ = os.Remove(filepath.Join(o.Artifacts, "history.html"))
 	return c, nil
 }
@@ -228,6 +259,15 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 	}
 	res.Evidence = Gather(history, nem.Windows(), logs)
 	verdict("not vacuous", res.Evidence.Check().Problems)
+	storage := slices.ContainsFunc(o.Faults, Fault.Storage)
+	if loss, handled := CheckStorage(res.Damages); storage || handled.Checked > 0 {
+		for _, r := range []checker.Report{loss, handled} {
+			verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
+		}
+	}
+	if r := CheckJoins(res.Joins); slices.Contains(o.Faults, MistakenJoin) || r.Checked > 0 {
+		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
+	}
 }
 
 func writeHistory(path string, h checker.History) error {
