@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -9,7 +10,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/snapshot"
 )
+
+// ErrStaleSnapshot refuses a snapshot older than the applied state (see
+// Restore).
+var ErrStaleSnapshot = errors.New("stale snapshot: older than the applied state")
 
 // FSM is rangealloc's Raft state machine.
 type FSM struct {
@@ -280,14 +286,31 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // Restore replaces the state with a snapshot. The snapshot is decoded and
 // validated completely before it is swapped in; on error the running state
 // is untouched.
+//
+// A snapshot older than what the state machine has applied is refused,
+// unless it holds a state restored from a backup: a leader sends a
+// follower a snapshot only when the follower's log stops before the
+// leader's, so an older one is stale. hashicorp/raft sends one when the
+// replication to a removed member outlives it, and a node that rejoined at
+// the same address would roll back to it and then find the entries after
+// it compacted away ("log not found").
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	s, err := readState(rc)
+	ss, err := snapshot.Read(rc)
+	var s *state
+	if err == nil {
+		s, err = importState(ss)
+	}
 	if err != nil {
 		f.logger.Error("refusing snapshot", "error", err)
 		return err
 	}
 	f.mu.Lock()
+	if applied := f.s.index; !ss.FromBackup && s.index < applied {
+		f.mu.Unlock()
+		f.logger.Error("refusing a stale snapshot", "snapshot_index", s.index, "applied_index", applied)
+		return fmt.Errorf("%w: snapshot at index %d, state machine at %d", ErrStaleSnapshot, s.index, applied)
+	}
 	learned := s.clusterID != "" && s.clusterID != f.s.clusterID
 	f.s = s
 	f.advance()

@@ -42,7 +42,7 @@ func (b *Backup) Index() uint64 { return b.s.Index }
 // as it was.
 func (b *Backup) Write(w io.Writer, members []Member, clusterID string) error {
 	out := *b.s
-	out.ClusterID = clusterID
+	out.ClusterID, out.FromBackup = clusterID, true
 	out.Members = make([]snapshot.Member, 0, len(members))
 	for _, m := range members {
 		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})

@@ -40,7 +40,39 @@ func TestBackupKeepsMembers(t *testing.T) {
 
 	var again bytes.Buffer
 	require.NoError(t, b.Write(&again, src.f.Members(), src.f.ClusterID()))
-	assert.Equal(t, backup.Bytes(), again.Bytes(), "with its own members and ID, the backup as it was")
+	want, err := snapshot.Read(bytes.NewReader(backup.Bytes()))
+	require.NoError(t, err)
+	got, err := snapshot.Read(bytes.NewReader(again.Bytes()))
+	require.NoError(t, err)
+	assert.False(t, want.FromBackup)
+	want.FromBackup = true
+	assert.Equal(t, want, got, "with its own members and ID, the backup as it was, marked as restored")
+}
+
+// TestRestoreRefusesStaleSnapshot: a snapshot older than the applied state
+// is refused and changes nothing; the same state restored from a backup is
+// taken whatever its index.
+func TestRestoreRefusesStaleSnapshot(t *testing.T) {
+	h := newHarness(t)
+	h.pool("ports", "30000-30099")
+	require.Nil(t, h.one(txn(alloc("ports", "30001", "early"))).Err)
+	var old bytes.Buffer
+	require.NoError(t, h.f.WriteBackup(&old))
+	require.Nil(t, h.one(txn(alloc("ports", "30002", "later"))).Err)
+	before := dump(h.f)
+
+	err := h.f.Restore(io.NopCloser(bytes.NewReader(old.Bytes())))
+	require.ErrorIs(t, err, ErrStaleSnapshot)
+	assert.Equal(t, before, dump(h.f), "a refused snapshot changes nothing")
+	assert.Equal(t, h.index, h.f.AppliedIndex())
+
+	b, err := ReadBackup(bytes.NewReader(old.Bytes()))
+	require.NoError(t, err)
+	var restored bytes.Buffer
+	require.NoError(t, b.Write(&restored, h.f.Members(), h.f.ClusterID()))
+	require.NoError(t, h.f.Restore(io.NopCloser(bytes.NewReader(restored.Bytes()))), "a restore from a backup replaces the state")
+	_, err = h.f.Get("ports", "30002")
+	assert.ErrorIs(t, err, &Error{Code: CodeNotAllocated}, "the backup's state, without the later allocation")
 }
 
 // TestReadBackupRejects: what is not a backup fails with the snapshot

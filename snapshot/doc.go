@@ -22,7 +22,8 @@
 //	    28     …  pools     'P' uvarint(n) pool×n       sorted by name, unique
 //	           …  requests  'R' uvarint(n) request×n    oldest first, IDs unique
 //	           …  members   'M' uvarint(n) member×n     sorted by ID, unique
-//	           …  cluster   'C' clusterID:str          0..64 printable bytes; "" before one is drawn
+//	           …  cluster   'C' clusterID:str flags:1  0..64 printable bytes; "" before one is drawn;
+//	                                                   flags bit 0: restored from a backup
 //	   L-4     4  checksum  uint32, CRC-32C of bytes [0, L-4)
 //	     L        end of stream: nothing may follow
 //

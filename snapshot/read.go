@@ -206,6 +206,15 @@ func (d *decoder) state() (*State, error) {
 		if err := checkClusterID(s.ClusterID); err != nil {
 			return nil, corrupt(start, err)
 		}
+		start = d.off()
+		p, err := d.next("cluster flags", 1)
+		if err != nil {
+			return nil, err
+		}
+		if p[0]&^flagBackup != 0 {
+			return nil, corrupt(start, fmt.Errorf("cluster flags 0x%02x: unknown bits", p[0]))
+		}
+		s.FromBackup = p[0]&flagBackup != 0
 	}
 	return s, d.trailer()
 }

@@ -167,8 +167,8 @@ func sealedHex(t *testing.T, body []byte) []byte {
 
 func TestLayout(t *testing.T) {
 	s := *layoutState
-	s.ClusterID = "c1"
-	want := sealedHex(t, layoutBody("00000002", "43 02 6331")) // 'C', "c1"
+	s.ClusterID, s.FromBackup = "c1", true
+	want := sealedHex(t, layoutBody("00000002", "43 02 6331 01")) // 'C', "c1", from a backup
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
 }
 

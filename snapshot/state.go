@@ -22,6 +22,10 @@ type State struct {
 	// ClusterID is the cluster's ID, "" while it has none (and in a
 	// version 1 snapshot).
 	ClusterID string
+	// FromBackup marks a state restored from a backup: it replaces any
+	// state, whatever its index. A snapshot without it is refused by a
+	// state machine that has applied past its index.
+	FromBackup bool
 }
 
 // Pool is a Kubernetes RangeAllocation record plus one record per allocated
@@ -70,6 +74,7 @@ const (
 	tagReqs    = 'R'
 	tagMembers = 'M'
 	tagCluster = 'C'
+	flagBackup = 1 << 0 // the cluster section's flags
 	flagStatic = 1 << 0
 	bufSize    = 64 << 10
 )

@@ -32,6 +32,11 @@ func encode(w io.Writer, s *State) error {
 	e.members(s.Members)
 	e.byte(tagCluster)
 	e.str(s.ClusterID)
+	var flags byte
+	if s.FromBackup {
+		flags |= flagBackup
+	}
+	e.byte(flags)
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}
