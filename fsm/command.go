@@ -30,6 +30,11 @@ const (
 	// KindSetClusterID records the cluster's ID; only the first one
 	// applied counts (see state.setClusterID).
 	KindSetClusterID Kind = 6
+	// KindCreatePoolExclusive creates a pool unless its range overlaps a
+	// pool of the same kind (PoolOverlap). Proposers use it;
+	// KindCreatePool keeps applying as it always did, without that check,
+	// so a log written before the rule existed replays the same.
+	KindCreatePoolExclusive Kind = 7
 )
 
 func (k Kind) String() string {
@@ -46,6 +51,8 @@ func (k Kind) String() string {
 		return "remove-member"
 	case KindSetClusterID:
 		return "set-cluster-id"
+	case KindCreatePoolExclusive:
+		return "create-pool-exclusive"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -103,8 +110,8 @@ type Request struct {
 
 	Ops []Op // KindTxn
 
-	Pool  string // KindCreatePool, KindDeletePool
-	Range string // KindCreatePool
+	Pool  string // KindCreatePool(Exclusive), KindDeletePool
+	Range string // KindCreatePool(Exclusive)
 
 	Member Member // KindSetMember; KindRemoveMember uses Member.ID
 
@@ -161,7 +168,7 @@ func encodeBody(e *encoder, r *Request) {
 			e.str(op.Owner)
 			e.uvarint(uint64(op.Count))
 		}
-	case KindCreatePool:
+	case KindCreatePool, KindCreatePoolExclusive:
 		e.str(r.Pool)
 		e.str(r.Range)
 	case KindDeletePool:
@@ -211,7 +218,7 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 				r.Ops[j] = Op{Kind: OpKind(d.u8()), Pool: d.str(maxField), Value: d.str(maxField),
 					Owner: d.str(maxField), Count: int(d.uvarint())}
 			}
-		case KindCreatePool:
+		case KindCreatePool, KindCreatePoolExclusive:
 			r.Pool, r.Range = d.str(maxField), d.str(maxField)
 		case KindDeletePool:
 			r.Pool = d.str(maxField)

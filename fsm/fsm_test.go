@@ -1,8 +1,11 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -325,6 +328,8 @@ func TestEntryRoundTrip(t *testing.T) {
 		{Kind: KindDeletePool, Pool: "p"},
 		{Kind: KindSetMember, Member: Member{ID: "n1", RaftAddr: "127.0.0.1:7081", APIAddr: "127.0.0.1:7080"}},
 		{Kind: KindRemoveMember, Member: Member{ID: "n1"}},
+		{Kind: KindSetClusterID, ID: "c", ClusterID: "5b0c2f4e-0000-4000-8000-000000000001"},
+		{Kind: KindCreatePoolExclusive, ID: "d", Pool: "q", Range: "30000-30099"},
 	}
 	got, err := DecodeEntry(EncodeBatch(reqs))
 	require.NoError(t, err)
@@ -544,8 +549,37 @@ func TestBodySize(t *testing.T) {
 	}
 }
 
+func TestClusterID(t *testing.T) {
+	h := newHarness(t)
+	res := h.one(&Request{Kind: KindSetClusterID, ClusterID: "first"})
+	require.Nil(t, res.Err)
+	assert.True(t, res.Created)
+	res = h.one(&Request{Kind: KindSetClusterID, ClusterID: "second"})
+	require.Nil(t, res.Err)
+	assert.False(t, res.Created, "only the first ID applied counts")
+	assert.Equal(t, "first", h.f.ClusterID())
+	for _, bad := range []string{"", "with space", strings.Repeat("x", MaxClusterID+1)} {
+		res := h.one(&Request{Kind: KindSetClusterID, ClusterID: bad})
+		require.NotNil(t, res.Err, "%q", bad)
+		assert.Equal(t, CodeInvalidArgument, res.Err.Code)
+	}
+	var snap bytes.Buffer
+	require.NoError(t, h.f.WriteBackup(&snap))
+	g := New(nil)
+	var learned []string
+	g.OnClusterID(func(id string) { learned = append(learned, id) })
+	require.NoError(t, g.Restore(io.NopCloser(&snap)))
+	assert.Equal(t, "first", g.ClusterID(), "kept in snapshots")
+	assert.Equal(t, []string{"first"}, learned, "and told when learned")
+}
+
 func TestPoolOverlap(t *testing.T) {
 	h := newHarness(t)
+	// Entries of kind create-pool, written before the rule existed, apply
+	// as they always did: the log of an older cluster replays the same.
+	old := newHarness(t)
+	old.pool("a", "10.96.0.0/16")
+	assert.Nil(t, old.one(&Request{Kind: KindCreatePool, Pool: "wide", Range: "10.96.0.0/12"}).Err)
 	h.pool("a", "10.96.0.0/16")
 	h.pool("b", "30000-32767")
 	h.pool("c", "fd00::/112")
@@ -568,7 +602,7 @@ func TestPoolOverlap(t *testing.T) {
 	}
 	for _, c := range cases {
 		before := len(h.f.Pools())
-		res := h.one(&Request{Kind: KindCreatePool, Pool: c.name, Range: c.rng})
+		res := h.one(&Request{Kind: KindCreatePoolExclusive, Pool: c.name, Range: c.rng})
 		if c.other == "" {
 			assert.Nil(t, res.Err, "create %s %s", c.name, c.rng)
 			continue

@@ -58,7 +58,9 @@ func (s *state) execute(index uint64, r *Request) *Result {
 	case KindTxn:
 		return s.txn(index, r)
 	case KindCreatePool:
-		return s.createPool(r.Pool, r.Range)
+		return s.createPool(r.Pool, r.Range, false)
+	case KindCreatePoolExclusive:
+		return s.createPool(r.Pool, r.Range, true)
 	case KindDeletePool:
 		return s.deletePool(r.Pool)
 	case KindSetMember:
@@ -79,7 +81,9 @@ func (s *state) execute(index uint64, r *Request) *Result {
 	return &Result{Err: errorf(CodeInvalidArgument, "unknown request kind %d", r.Kind)}
 }
 
-func (s *state) createPool(name, rng string) *Result {
+// createPool creates a pool; exclusive refuses a range that overlaps a
+// pool of the same kind.
+func (s *state) createPool(name, rng string, exclusive bool) *Result {
 	if err := ValidatePoolName(name); err != nil {
 		return &Result{Err: err.(*Error)}
 	}
@@ -94,7 +98,7 @@ func (s *state) createPool(name, rng string) *Result {
 		return &Result{Err: errorf(CodePoolExists, "pool %q exists with range %s", name, p.p.Range())}
 	}
 	for _, other := range s.poolNames() { // in name order: the answer names the same pool on every replica
-		if o := s.pools[other].p.Range(); allocator.Overlaps(r, o) {
+		if o := s.pools[other].p.Range(); exclusive && allocator.Overlaps(r, o) {
 			return &Result{Err: &Error{Code: CodePoolOverlap, Op: -1, Owner: other,
 				Message: fmt.Sprintf("range %s overlaps pool %q (%s): a value in both would have two owners", r, other, o)}}
 		}

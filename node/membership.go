@@ -347,7 +347,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
 				"(rangealloc cluster remove %s), then join the node again", m.ID, mine, m.RaftAddr, m.ID)}
 	case cur == nil:
-		if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
+		if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0).Error(); err != nil {
 			return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 		}
 		n.logger.Info("added a non-voter; it becomes a voter once it has caught up", "id", m.ID, "raft", m.RaftAddr)
@@ -356,7 +356,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 		if cur.Suffrage == raft.Voter {
 			add = n.raft.AddVoter
 		}
-		if err := add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 0).Error(); err != nil {
+		if err := add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0).Error(); err != nil {
 			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
 		}
 	}
@@ -398,10 +398,14 @@ func (n *Node) promoteLoop() {
 			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 			r, err := n.probe(ctx, string(s.Address))
 			cancel()
-			if err != nil || r.ID != string(s.ID) || r.ClusterID != n.ClusterID() || r.Applied+promoteLag < n.raft.CommitIndex() {
+			// It must have held data: applied some, of this (named) cluster.
+			if err != nil || r.ID != string(s.ID) || r.ClusterID == "" || r.ClusterID != n.ClusterID() || !r.HasState ||
+				r.Applied == 0 || r.Applied+promoteLag < n.raft.CommitIndex() {
 				continue
 			}
-			if err := n.raft.AddVoter(s.ID, s.Address, 0, 0).Error(); err != nil {
+			// prevIndex: if the configuration changed since it was read (the
+			// member was removed meanwhile), Raft refuses; the next tick looks again.
+			if err := n.raft.AddVoter(s.ID, s.Address, f.Index(), 0).Error(); err != nil {
 				n.logger.Warn("could not promote a non-voter", "id", s.ID, "error", err)
 				continue
 			}

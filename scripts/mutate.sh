@@ -44,6 +44,7 @@ request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\);
 founding-ignores-peer-state | node/membership.go | s{return n\.refuseFounding\(r\.peer, r\.reply\)}{return nil} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
 founding-marker-skips-the-wait | node/membership.go | s{(\t\tn\.foundingReady\.Store\(true\)\n)(\t\})}{$1\t\treturn nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
+fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
 join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
 storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: what)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
@@ -52,7 +53,7 @@ storage-walk-ignores-key-order | node/boltcheck.go | s{(\t\tswitch \{\n\t\tcase 
 storage-no-page-walk | node/storage.go | s{err = checkBoltPages\(f, fi\.Size\(\)\)}{_, err = fi, nil} | ./node/ | ^TestStorageDamageRefused$
 storage-no-snapshot-crc | node/storage.go | s{string\(got\) != string\(newest\.CRC\)}{false} | ./node/ | ^TestStorageDamageRefused$
 handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remote != "" && local != remote:}{case false:} | ./transport/ | ^TestHandshakeClusterID$
-pool-overlap-unchecked | fsm/state.go | s{allocator\.Overlaps\(r, o\) \{}{false \{} | ./fsm/ | ^TestPoolOverlap$
+pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
 last-voter-removable | node/members.go | s{case voter && voters == 1:}{case voter && voters == 0:} | ./test/ | ^TestOperationsThatCannotSucceed$
 restore-replaces-members | node/write.go | s{if err := b\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\)\); err != nil \{}{if err := b.Write(f, nil, ""); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
