@@ -398,7 +398,7 @@ func (n *Node) establish() {
 	for _, p := range n.cfg.Pools {
 		// The ID makes this idempotent across leaders and restarts while the
 		// request table remembers it.
-		req := &fsm.Request{Kind: fsm.KindCreatePool, ID: "bootstrap-pool/" + p.Name + "/" + p.Range, Pool: p.Name, Range: p.Range}
+		req := &fsm.Request{Kind: fsm.KindCreatePoolExclusive, ID: "bootstrap-pool/" + p.Name + "/" + p.Range, Pool: p.Name, Range: p.Range}
 		res, err := n.submit(ctx, req)
 		switch {
 		case err != nil:

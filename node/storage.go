@@ -84,7 +84,7 @@ func checkStorage(dir string, logger hclog.Logger) (storageState, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("read %s: %w", markerFile, err)
 	}
-	snap, err := newestSnapshot(filepath.Join(dir, snapDir))
+	snap, err := newestSnapshot(filepath.Join(dir, snapDir), logger)
 	if err != nil {
 		return st, err
 	}
@@ -166,10 +166,12 @@ type snapInfo struct {
 }
 
 // newestSnapshot returns the newest snapshot in dir (nil if none), after
-// checking that every snapshot's metadata parses (Raft silently skips one
-// that does not, and would start from an older state) and that the
-// newest one's state matches its checksum.
-func newestSnapshot(dir string) (*snapInfo, error) {
+// checking that the newest one's state matches its checksum, and that no
+// snapshot at least as new has metadata that does not parse (Raft
+// silently skips it, and would start from an older state). An unreadable
+// snapshot older than the newest readable one is what a crash while Raft
+// reaped it leaves; it is removed.
+func newestSnapshot(dir string, logger hclog.Logger) (*snapInfo, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -177,7 +179,7 @@ func newestSnapshot(dir string) (*snapInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
-	var snaps []*snapInfo
+	var snaps, unreadable []*snapInfo
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasSuffix(e.Name(), tmpSuffix) {
 			continue
@@ -189,12 +191,11 @@ func newestSnapshot(dir string) (*snapInfo, error) {
 			err = json.Unmarshal(b, s)
 		}
 		if err != nil {
-			return nil, &StorageError{Path: path, Problem: "unreadable snapshot metadata: " + err.Error()}
+			s.ID = err.Error()
+			unreadable = append(unreadable, s)
+			continue
 		}
 		snaps = append(snaps, s)
-	}
-	if len(snaps) == 0 {
-		return nil, nil
 	}
 	sort.Slice(snaps, func(i, j int) bool { // Raft's order: term, index, ID
 		a, b := snaps[i], snaps[j]
@@ -206,7 +207,24 @@ func newestSnapshot(dir string) (*snapInfo, error) {
 		}
 		return a.ID > b.ID
 	})
-	newest := snaps[0]
+	var newest *snapInfo
+	if len(snaps) > 0 {
+		newest = snaps[0]
+	}
+	for _, u := range unreadable { // named <term>-<index>-<ms> by Raft
+		var term, index, ms uint64
+		_, perr := fmt.Sscanf(filepath.Base(u.path), "%d-%d-%d", &term, &index, &ms)
+		if perr != nil || newest == nil || term > newest.Term || (term == newest.Term && index >= newest.Index) {
+			return nil, &StorageError{Path: filepath.Join(u.path, "meta.json"), Problem: "unreadable snapshot metadata: " + u.ID}
+		}
+		if err := os.RemoveAll(u.path); err != nil {
+			return nil, fmt.Errorf("remove the unreadable old snapshot %s: %w", u.path, err)
+		}
+		logger.Warn("removed an old snapshot whose metadata does not parse (a crash while it was being deleted?)", "path", u.path)
+	}
+	if newest == nil {
+		return nil, nil
+	}
 	state := filepath.Join(newest.path, "state.bin")
 	f, err := os.Open(state)
 	if err != nil {
@@ -303,12 +321,50 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 // markedStore is raft.db with the state marker written (and synced)
 // before its first write, so that a data directory that ever held a log
 // entry or a vote says so even after raft.db is gone.
+//
+// It also outlives Close safely. hashicorp/raft answers heartbeats on the
+// transport's goroutines, outside its main loop, and one that passed
+// Raft's shutdown check can still adopt a term after the node closed the
+// store; Raft panics when that write fails. After Close, a term or vote
+// written is dropped (as if the process had died an instant before: a term
+// learned from a heartbeat grants no vote), and a log write fails.
 type markedStore struct {
 	*raftboltdb.BoltStore
 	once sync.Once
 	err  error
 	path string
 	done bool
+
+	mu sync.RWMutex
+	// mu guards the following: writes hold it shared, Close exclusively.
+	closed bool
+}
+
+var errStoreClosed = errors.New("raft.db is closed: the node is shutting down")
+
+// Close closes raft.db once every write in progress has returned.
+func (m *markedStore) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.BoltStore.Close()
+}
+
+// write runs fn unless the store is closed; logs says what a closed store
+// answers: an error for log entries, nothing for terms and votes.
+func (m *markedStore) write(logs bool, fn func() error) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	switch {
+	case m.closed && logs:
+		return errStoreClosed
+	case m.closed:
+		return nil
+	}
+	return fn()
 }
 
 var (
@@ -333,36 +389,49 @@ func (m *markedStore) mark() error {
 
 // StoreLog marks, then stores.
 func (m *markedStore) StoreLog(l *raft.Log) error {
-	if err := m.mark(); err != nil {
-		return err
-	}
-	return m.BoltStore.StoreLog(l)
+	return m.write(true, func() error {
+		if err := m.mark(); err != nil {
+			return err
+		}
+		return m.BoltStore.StoreLog(l)
+	})
 }
 
 // StoreLogs marks, then stores.
 func (m *markedStore) StoreLogs(logs []*raft.Log) error {
-	if err := m.mark(); err != nil {
-		return err
-	}
-	return m.BoltStore.StoreLogs(logs)
+	return m.write(true, func() error {
+		if err := m.mark(); err != nil {
+			return err
+		}
+		return m.BoltStore.StoreLogs(logs)
+	})
+}
+
+// DeleteRange deletes, unless the store is closed.
+func (m *markedStore) DeleteRange(lo, hi uint64) error {
+	return m.write(true, func() error { return m.BoltStore.DeleteRange(lo, hi) })
 }
 
 // Set marks, then stores.
 func (m *markedStore) Set(k, v []byte) error {
-	if err := m.mark(); err != nil {
-		return err
-	}
-	return m.BoltStore.Set(k, v)
+	return m.write(false, func() error {
+		if err := m.mark(); err != nil {
+			return err
+		}
+		return m.BoltStore.Set(k, v)
+	})
 }
 
 // SetUint64 marks, then stores. A zero needs no mark: Raft writes its
 // term 0 at start, and a missing key reads as zero.
 func (m *markedStore) SetUint64(k []byte, v uint64) error {
-	if v == 0 {
+	return m.write(false, func() error {
+		if v == 0 {
+			return m.BoltStore.SetUint64(k, v)
+		}
+		if err := m.mark(); err != nil {
+			return err
+		}
 		return m.BoltStore.SetUint64(k, v)
-	}
-	if err := m.mark(); err != nil {
-		return err
-	}
-	return m.BoltStore.SetUint64(k, v)
+	})
 }

@@ -84,9 +84,9 @@ func TestStorageDamageRefused(t *testing.T) {
 			b[len(b)/2] ^= 0x40
 			require.NoError(t, os.WriteFile(state, b, 0o600))
 		}, "state.bin", "fails its checksum"},
-		{"snapshot metadata unreadable", func(t *testing.T, dir string, _ []byte) {
+		{"newest snapshot's metadata unreadable", func(t *testing.T, dir string, _ []byte) {
 			snaps := snapshotDirs(t, dir)
-			require.NoError(t, os.WriteFile(filepath.Join(snaps[0], "meta.json"), []byte("{"), 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(snaps[len(snaps)-1], "meta.json"), []byte("{"), 0o600))
 		}, "meta.json", "unreadable snapshot metadata"},
 		{"snapshots directory deleted", func(t *testing.T, dir string, _ []byte) {
 			require.NoError(t, os.RemoveAll(filepath.Join(dir, snapDir)))
@@ -120,12 +120,16 @@ func TestStorageHealthyRestart(t *testing.T) {
 	require.NoError(t, os.MkdirAll(tmpSnap, 0o755))
 	tmpRestore := filepath.Join(cfg.DataDir, "restore-42.tmp")
 	require.NoError(t, os.WriteFile(tmpRestore, []byte("x"), 0o600))
+	halfReaped := filepath.Join(cfg.DataDir, snapDir, "1-2-3") // an old snapshot whose meta.json went first
+	require.NoError(t, os.MkdirAll(halfReaped, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(halfReaped, "state.bin"), []byte("x"), 0o600))
 	n := openReady(t, cfg)
 	got, _, err := n.List(context.Background(), Linearizable, "nodeport", "", "", 100)
 	require.NoError(t, err)
 	assert.Len(t, got, 25, "every allocation of both terms is there")
 	assert.NoDirExists(t, tmpSnap, "an unfinished snapshot is removed at start")
 	assert.NoFileExists(t, tmpRestore, "an unfinished restore upload is removed at start")
+	assert.NoDirExists(t, halfReaped, "so is an old snapshot left half deleted")
 }
 
 func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
@@ -229,4 +233,26 @@ func TestBoltKeyFlipped(t *testing.T) {
 		require.ErrorIs(t, err, ErrStorage, "leaf page %d", p)
 		assert.Regexp(t, `key [12] (is out of order|lies outside the range its parent gives it)`, err.Error())
 	}
+}
+
+// TestStoreAfterClose: Raft may still write a term from a heartbeat while
+// the node closes; the write after Close is dropped, not a panic, and a
+// log entry fails.
+func TestStoreAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	b, err := openBolt(dir)
+	require.NoError(t, err)
+	s := newMarkedStore(b, dir, false)
+	require.NoError(t, s.SetUint64(keyCurrentTerm, 3))
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	assert.NoError(t, s.SetUint64(keyCurrentTerm, 4), "a term after Close is dropped")
+	assert.NoError(t, s.Set([]byte("LastVoteCand"), []byte("n2")))
+	assert.ErrorIs(t, s.StoreLog(&raft.Log{Index: 1, Term: 4}), errStoreClosed, "a log entry after Close fails")
+	b, err = openBolt(dir)
+	require.NoError(t, err)
+	defer b.Close()
+	term, err := b.GetUint64(keyCurrentTerm)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), term, "nothing was written after Close")
 }

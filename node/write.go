@@ -55,7 +55,7 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 // CreatePool creates a pool; created is false when an identical pool
 // existed. The range's kind (IP or port) follows from its form.
 func (n *Node) CreatePool(ctx context.Context, name, rng, requestID string) (st PoolStatus, created bool, err error) {
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindCreatePool, ID: requestID, Pool: name, Range: rng})
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindCreatePoolExclusive, ID: requestID, Pool: name, Range: rng})
 	if err != nil {
 		return PoolStatus{}, false, err
 	}
