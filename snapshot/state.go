@@ -144,12 +144,7 @@ func checkRange(r string) error {
 	if err := checkLen("range", uint64(len(r)), 1, maxRange); err != nil {
 		return err
 	}
-	for i := 0; i < len(r); i++ {
-		if r[i] <= ' ' || r[i] > '~' {
-			return fmt.Errorf("range %q has a byte 0x%02x that is not printable ASCII", r, r[i])
-		}
-	}
-	return nil
+	return checkPrintable("range", r)
 }
 
 // checkAllocations checks that k records fit data's set bits.
@@ -204,9 +199,14 @@ func checkClusterID(id string) error {
 	if err := checkLen("cluster ID", uint64(len(id)), 0, maxCluster); err != nil {
 		return err
 	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return fmt.Errorf("cluster ID %q has a byte 0x%02x that is not printable ASCII", id, id[i])
+	return checkPrintable("cluster ID", id)
+}
+
+// checkPrintable checks that s is printable ASCII without spaces.
+func checkPrintable(what, s string) error {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return fmt.Errorf("%s %q has a byte 0x%02x that is not printable ASCII", what, s, s[i])
 		}
 	}
 	return nil

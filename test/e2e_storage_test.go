@@ -120,18 +120,7 @@ func TestE2EStorageLoss(t *testing.T) {
 	require.NoError(t, os.RemoveAll(f.dir))
 	f.args = []string{"--join", leader.http}
 	f.start(t)
-	require.Eventually(t, func() bool {
-		st, err := leader.client().Cluster(ctx)
-		if err != nil {
-			return false
-		}
-		for _, m := range st.Members {
-			if m.ID == f.id {
-				return m.Voter
-			}
-		}
-		return false
-	}, 30*time.Second, 100*time.Millisecond, "%s is a voter again", f.id)
+	waitVoter(t, leader, f.id)
 	for v, owner := range acked {
 		got, _, err := f.client().Get(ctx, "nodeport", v, client.Options{})
 		require.NoError(t, err, "acknowledged %s", v)
@@ -181,6 +170,23 @@ func TestE2EReimagedNode(t *testing.T) {
 	got, _, err := b.client().Allocate(ctx, "clusterip-ipv4", "", "after", client.Options{})
 	require.NoError(t, err)
 	assert.NotContains(t, acked, got.Value, "no acknowledged value is handed out again")
+}
+
+// waitVoter waits until the cluster, asked through p, has member id as a voter.
+func waitVoter(t *testing.T, p *proc, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := p.client().Cluster(ctxE(t))
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == id {
+				return m.Voter
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "%s is a voter", id)
 }
 
 // sameRangeAllocation waits until every node holds the same bitmap of pool.
