@@ -41,8 +41,8 @@ leader-ready-without-term-entry | node/node.go | s{if err := n\.raft\.Apply\(fsm
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
-founding-ignores-peer-state | node/membership.go | s{return n\.refuseFounding\(r\.peer, r\.reply\)}{return nil} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
-founding-marker-skips-the-wait | node/membership.go | s{(\t\tn\.foundingReady\.Store\(true\)\n)(\t\})}{$1\t\treturn nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
+founding-ignores-peer-state | node/membership.go | s{return "", n\.refuseFounding\(r\.peer, r\.reply\)}{empty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
+founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.foundingReady\.Store\(true\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
 fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
