@@ -63,15 +63,6 @@ func (s *state) export() *snapshot.State {
 	return out
 }
 
-// readState decodes and validates a snapshot into a new state.
-func readState(r io.Reader) (*state, error) {
-	ss, err := snapshot.Read(r)
-	if err != nil {
-		return nil, err
-	}
-	return importState(ss)
-}
-
 // importState builds a state from a decoded snapshot, checking what the
 // codec cannot: that ranges parse, that bitmaps fit their ranges, and that
 // remembered results decode. (The codec has checked structure: sorted,
@@ -138,14 +129,4 @@ func (f *FSM) WriteBackup(w io.Writer) error {
 	s := f.s.clone()
 	f.mu.RUnlock()
 	return snapshot.Write(w, s.export())
-}
-
-// ValidateBackup decodes and checks a backup without applying it, and
-// returns the log index it was taken at.
-func ValidateBackup(r io.Reader) (index uint64, err error) {
-	s, err := readState(r)
-	if err != nil {
-		return 0, err
-	}
-	return s.index, nil
 }
