@@ -142,6 +142,11 @@ func TestMistakenJoin(t *testing.T) {
 	require.NotNil(t, fe.Node)
 	assert.Equal(t, other.Node.ClusterID(), fe.Node.ClusterID)
 	assert.Positive(t, fe.Node.LastIndex)
+	// A join that names one node and gives another's address.
+	err = l.Node.AddMember(ctx, fsm.Member{ID: "n9", RaftAddr: f.Addr})
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, fsm.CodeInvalidArgument, fe.Code)
+	assert.Contains(t, fe.Message, `is "`+f.ID+`", not "n9"`)
 	after, err := l.Node.Cluster()
 	require.NoError(t, err)
 	assert.Equal(t, before.Members, after.Members, "membership unchanged")
