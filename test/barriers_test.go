@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -102,10 +103,7 @@ func TestLinearizableReadWaitsForApply(t *testing.T) {
 	}})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 30*time.Second)
-	require.Eventually(t, func() bool {
-		_, err := l.Node.Pool(ctx, node.Linearizable, "ip")
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "the leader serves linearizable reads")
+	waitLinearizable(t, ctx, l)
 
 	held, release := gate.arm(l.ID, "blocker")
 	var once sync.Once
@@ -248,10 +246,7 @@ func TestNewLeaderReadsAfterItsTermEntry(t *testing.T) {
 	}})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 30*time.Second)
-	require.Eventually(t, func() bool {
-		_, err := l.Node.Pool(ctx, node.Linearizable, "ip")
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "the leader serves linearizable reads")
+	waitLinearizable(t, ctx, l)
 	last, err := strconv.ParseUint(l.Node.Stats()["last_log_index"], 10, 64)
 	require.NoError(t, err)
 	c.WaitApplied(l.Node.LocalState().AppliedIndex()) // quiet: every follower knows every commit so far
@@ -283,4 +278,14 @@ func TestNewLeaderReadsAfterItsTermEntry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "acked", got.Owner)
 	c.Start(l.Index)
+}
+
+// waitLinearizable waits until the leader l serves linearizable reads
+// (it has applied an entry of its term).
+func waitLinearizable(t *testing.T, ctx context.Context, l *cluster.Member) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := l.Node.Pool(ctx, node.Linearizable, "ip")
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the leader serves linearizable reads")
 }
