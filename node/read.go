@@ -15,10 +15,10 @@ type Consistency int
 
 // Consistency levels.
 const (
-	// Linearizable reads are served by the leader after it confirms its
-	// leadership with a quorum (VerifyLeader) and has applied the commit
-	// index it saw before that check: they see every write acknowledged
-	// before the read began.
+	// Linearizable reads are served by the leader after a barrier entry,
+	// appended once the read began, has committed and every entry before
+	// it is applied: they see every write acknowledged before the read
+	// began.
 	Linearizable Consistency = iota
 	// Leader reads are served from the leader's state without a quorum
 	// check: fresh unless the leader was deposed a moment ago.
@@ -100,32 +100,41 @@ func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, er
 	return n.readLocal(args), nil
 }
 
-// linearize makes a following local read linearizable: the commit index is
-// captured first, then leadership is confirmed with a quorum, then the FSM
-// catches up to the captured index. A leader that has not yet applied an
-// entry of its own term refuses, as its commit index may lag the
-// cluster's.
+// linearize makes a following local read linearizable: a barrier entry,
+// appended after the read began, must commit, and Raft answers it once the
+// state machine has applied every entry before it. A leader that has not
+// yet applied an entry of its own term refuses, as its commit index may
+// lag the cluster's.
+//
+// Why not raft.VerifyLeader: it counts any successful AppendEntries
+// response as a vote, including one to a request sent before the read
+// began. A leader paused (or cut off) right after sending a batch finds
+// the followers' old acknowledgements waiting in its sockets when it
+// resumes, though they have elected another leader meanwhile, and they
+// confirmed its leadership: it served a stale read (the Jepsen-style
+// suite's pause-leader fault, seed 3). An entry appended after the read
+// began can only commit on acknowledgements of that entry, which a
+// deposed leader never gets. Concurrent reads share Raft's batched
+// appends, so a burst of reads costs about one replication round.
 func (n *Node) linearize(ctx context.Context) error {
 	if !n.ready.Load() {
 		return fmt.Errorf("%w: leader has not applied an entry of its term yet", ErrNotLeader)
 	}
-	idx := n.raft.CommitIndex()
-	// VerifyLeader's future has no deadline: a leader cut off from the
-	// majority answers it only when its lease runs out and it steps down.
-	// The caller's deadline comes first; Raft ends the wait at step-down.
-	// (A request still queued when Raft shuts down is never answered: its
-	// goroutine then stays until the process ends.)
-	verified := make(chan error, 1)
-	go func() { verified <- n.raft.VerifyLeader().Error() }()
+	// The future has no deadline of its own: a leader cut off from the
+	// majority answers it only when it steps down. The caller's deadline
+	// comes first. (A request still queued when Raft shuts down is never
+	// answered: its goroutine then stays until the process ends.)
+	committed := make(chan error, 1)
+	go func() { committed <- n.raft.Barrier(0).Error() }()
 	select {
-	case err := <-verified:
+	case err := <-committed:
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+			return fmt.Errorf("%w: leadership not confirmed: %v", ErrNotLeader, err)
 		}
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%w: leadership not confirmed: %v", ErrNotLeader, ctx.Err())
 	}
-	return n.fsm.WaitApplied(ctx, idx)
 }
 
 // readLocal serves a read from this node's state.
