@@ -17,17 +17,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The read barriers of linearize (node/read.go), each pinned by a test that
-// fails deterministically when the barrier is removed (scripts/mutate.sh
-// removes each in turn):
+// The read barrier of linearize (node/read.go), pinned by tests that fail
+// deterministically when it is removed (scripts/mutate.sh):
 //
-//	ready    a new leader serves no linearizable read before it applied an
-//	         entry of its own term: TestNewLeaderReadsAfterItsTermEntry
-//	VerifyLeader  a deposed leader that still believes it leads serves no
-//	         read: TestDeposedLeaderServesNoStaleRead (node_test.go)
-//	WaitApplied   a read returns only once the state machine applied the
-//	         commit index captured before the quorum check:
-//	         TestLinearizableReadWaitsForApply
+//	a deposed leader that still believes it leads serves no read:
+//	         TestDeposedLeaderServesNoStaleRead (node_test.go)
+//	a read returns only once the state machine applied every entry
+//	         committed before it: TestLinearizableReadWaitsForApply
+//	a new leader answers no read from a state that lacks what its
+//	         predecessor acknowledged: TestNewLeaderReadsAfterItsTermEntry
 
 // applyGate holds one node's state machine back: armed for a node and an
 // owner, the OnApply hook of that node blocks after the first batch that

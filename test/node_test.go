@@ -141,7 +141,7 @@ func TestIsolatedLeader(t *testing.T) {
 // leader and committed a write, must not answer a linearizable read from
 // its own state. n0 gets a leader lease of 5 s, so it keeps believing for
 // seconds after the cut, long after n1 and n2 (400 ms timeouts) have
-// moved on; only VerifyLeader stands between it and a stale answer.
+// moved on; only the read barrier stands between it and a stale answer.
 // (Without that lease, Raft's own lease check steps the old leader down
 // before a new one exists, and the window is rarely open: the Jepsen
 // suite needs long SIGSTOP runs to see it.)
