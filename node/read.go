@@ -15,10 +15,10 @@ type Consistency int
 
 // Consistency levels.
 const (
-	// Linearizable reads are served by the leader after a barrier entry,
-	// appended once the read began, has committed and every entry before
-	// it is applied: they see every write acknowledged before the read
-	// began.
+	// Linearizable reads are served by the leader after an empty command
+	// entry, appended once the read began, has committed and been applied
+	// (with every entry before it): they see every write acknowledged
+	// before the read began.
 	Linearizable Consistency = iota
 	// Leader reads are served from the leader's state without a quorum
 	// check: fresh unless the leader was deposed a moment ago.
@@ -100,11 +100,11 @@ func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, er
 	return n.readLocal(args), nil
 }
 
-// linearize makes a following local read linearizable: a barrier entry,
-// appended after the read began, must commit, and Raft answers it once the
-// state machine has applied every entry before it. A leader that has not
-// yet applied an entry of its own term refuses, as its commit index may
-// lag the cluster's.
+// linearize makes a following local read linearizable: an empty command
+// entry, appended after the read began, must commit and be applied, and
+// the state machine applies entries in order. A leader that has not yet
+// applied an entry of its own term refuses, as its commit index may lag
+// the cluster's.
 //
 // Why not raft.VerifyLeader: it counts any successful AppendEntries
 // response as a vote, including one to a request sent before the read
@@ -116,6 +116,11 @@ func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, er
 // began can only commit on acknowledgements of that entry, which a
 // deposed leader never gets. Concurrent reads share Raft's batched
 // appends, so a burst of reads costs about one replication round.
+//
+// Why not raft.Barrier, which would do the same: Raft keeps barrier
+// entries from the state machine, so a barrier that ends the log leaves
+// every state machine's applied index below the commit index until the
+// next write, and followers report catching_up meanwhile (see leaderLoop).
 func (n *Node) linearize(ctx context.Context) error {
 	if !n.ready.Load() {
 		return fmt.Errorf("%w: leader has not applied an entry of its term yet", ErrNotLeader)
@@ -125,7 +130,7 @@ func (n *Node) linearize(ctx context.Context) error {
 	// comes first. (A request still queued when Raft shuts down is never
 	// answered: its goroutine then stays until the process ends.)
 	committed := make(chan error, 1)
-	go func() { committed <- n.raft.Barrier(0).Error() }()
+	go func() { committed <- n.raft.Apply(fsm.EncodeBatch(nil), 0).Error() }()
 	select {
 	case err := <-committed:
 		if err != nil {

@@ -34,7 +34,8 @@ set -euo pipefail
 # a bar without spaces (regex alternation). Keep each row's tests to
 # seconds: the whole script should stay under ~10 minutes.
 MUTATIONS=$(cat <<'EOF'
-linearize-no-barrier | node/read.go | s{go func\(\) \{ committed <- n\.raft\.Barrier\(0\)\.Error\(\) \}\(\)}{committed <- nil} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$|^TestLinearizableReadWaitsForApply$
+linearize-no-read-entry | node/read.go | s{go func\(\) \{ committed <- n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\.Error\(\) \}\(\)}{committed <- nil} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$|^TestLinearizableReadWaitsForApply$
+read-entry-as-barrier | node/read.go | s{n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)}{n.raft.Barrier(0)} | ./test/ | ^TestIdleAfterReadsConverges$
 linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
