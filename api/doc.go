@@ -8,4 +8,12 @@
 // every node serves every endpoint. X-Rangealloc-Served-By names the node
 // whose state answered (node.WithServedBy): the leader for a call carried
 // to it, else the node that received the request.
+//
+// Guard wraps a node's whole HTTP service, this package's Server and
+// whatever else the binary serves: requests authenticate with bearer
+// tokens listed, as hashes, in a token file (Tokens), each with a role
+// (read, write, admin) that RequiredRole compares with what the method
+// and path need. Without a token file the API is unauthenticated, and
+// Guard serves only requests addressed to an IP, localhost or an allowed
+// host name, against DNS rebinding.
 package api

@@ -21,6 +21,14 @@ const (
 	// (a restore's: application/octet-stream).
 	CodeUnsupportedMediaType = "UnsupportedMediaType"
 	CodeInternal             = "Internal"
+	// CodeUnauthenticated (401): a request that needs a role carries no
+	// bearer token, a malformed Authorization header, or a token not in
+	// the token file.
+	CodeUnauthenticated = "Unauthenticated"
+	// CodePermissionDenied (403): the token's role is too weak for the
+	// request, or (without a token file) the Host header names neither an
+	// IP address, localhost nor an allowed host.
+	CodePermissionDenied = "PermissionDenied"
 )
 
 // statusOf maps the state machine's codes to HTTP statuses.

@@ -21,7 +21,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		listed[v.(string)] = true
 	}
 	codes := []string{CodeInvalidArgument, CodePayloadTooLarge, CodeNoLeader, CodeUnavailable, CodeNotFound,
-		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeInternal}
+		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeInternal, CodeUnauthenticated, CodePermissionDenied}
 	for c := range statusOf {
 		codes = append(codes, string(c))
 	}
