@@ -12,8 +12,13 @@
 //	DialRPC(addr, t)            'F'  ->  Mux.RPC().Accept()   (net.Listener)
 //	anything else, or silence   ?    ->  closed and logged
 //
-// NewTCPTransport puts raft.NetworkTransport on Mux.Raft(). TLS will wrap
-// the listener and the dialers here, below both protocols.
+// NewTCPTransport puts raft.NetworkTransport on Mux.Raft().
+//
+// With Options.ServerTLS and ClientTLS, TLS starts at each connection's
+// first byte, below both protocols: the protocol byte and the cluster-ID
+// handshake travel inside the session, a plaintext or wrong-CA peer is
+// closed during the TLS handshake, and PeerID names the node a
+// connection's certificate was issued to.
 //
 // Faults is a fault table shared by every node of an in-process cluster, and
 // Wrap gates one node's raft.Transport by it. Each node wraps its own

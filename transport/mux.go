@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/certs"
 )
 
 // Protocol bytes: the first byte a dialer writes on a connection to a Mux.
@@ -46,6 +48,8 @@ type Mux struct {
 	handshake time.Duration
 	clusterID func() string
 	dialRPC   func(addr string, timeout time.Duration) (net.Conn, error)
+	serverTLS *tls.Config // nil: plaintext
+	clientTLS *tls.Config
 	raftOpen  atomic.Bool
 	raft      *logical
 	rpc       *logical
@@ -79,6 +83,14 @@ type Options struct {
 	// node that has not yet joined or founded a cluster must not take part
 	// in one.
 	RaftClosed bool
+	// ServerTLS and ClientTLS, given together, make every connection TLS
+	// from its first byte: accepted connections handshake with ServerTLS
+	// (which should require a client certificate), dials with ClientTLS
+	// checking the server's certificate against the dialed host
+	// (certs.ForHost). The protocol byte and
+	// the cluster-ID handshake travel inside the TLS session. Nil: plain
+	// TCP.
+	ServerTLS, ClientTLS *tls.Config
 }
 
 // Listen listens for TCP on bindAddr. advertise is the address other nodes
@@ -102,6 +114,9 @@ func Listen(bindAddr string, advertise net.Addr, opts Options) (*Mux, error) {
 			return net.DialTimeout("tcp", addr, timeout)
 		}
 	}
+	if (opts.ServerTLS == nil) != (opts.ClientTLS == nil) {
+		return nil, errors.New("transport: ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS")
+	}
 	ln, err := net.Listen("tcp", bindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen on %s: %w", bindAddr, err)
@@ -118,6 +133,8 @@ func Listen(bindAddr string, advertise net.Addr, opts Options) (*Mux, error) {
 		handshake: opts.HandshakeTimeout,
 		clusterID: opts.ClusterID,
 		dialRPC:   opts.DialRPC,
+		serverTLS: opts.ServerTLS,
+		clientTLS: opts.ClientTLS,
 		closed:    make(chan struct{}),
 		naming:    map[net.Conn]struct{}{},
 	}
@@ -208,11 +225,18 @@ func (m *Mux) unregister(conn net.Conn) {
 	delete(m.naming, conn)
 }
 
-// route reads the protocol byte of conn, runs the handshake, and hands
-// conn to that protocol's listener, or closes it.
-func (m *Mux) route(conn net.Conn) {
+// route runs the TLS handshake (if the Mux has TLS), reads the protocol
+// byte of conn, runs the cluster handshake, and hands conn to that
+// protocol's listener, or closes it.
+func (m *Mux) route(raw net.Conn) {
 	defer m.wg.Done()
 	deadline := time.Now().Add(m.handshake)
+	conn, err := m.serverHandshake(raw, deadline)
+	if err != nil {
+		m.unregister(raw)
+		m.reject(raw, fmt.Errorf("TLS: %w", err))
+		return
+	}
 	proto, err := m.readProto(conn, deadline)
 	var l *logical
 	switch {
@@ -220,7 +244,7 @@ func (m *Mux) route(conn net.Conn) {
 	case proto == ProtoRaft:
 		l = m.raft
 		if !m.raftOpen.Load() {
-			m.unregister(conn)
+			m.unregister(raw)
 			m.logger.Debug("closing a Raft connection: this node has not joined or founded a cluster yet", "remote", conn.RemoteAddr())
 			_ = conn.Close()
 			return
@@ -228,7 +252,7 @@ func (m *Mux) route(conn net.Conn) {
 	case proto == ProtoRPC:
 		l = m.rpc
 	default:
-		m.unregister(conn)
+		m.unregister(raw)
 		m.logger.Warn("closing connection with an unknown protocol byte",
 			"remote", conn.RemoteAddr(), "byte", fmt.Sprintf("%#02x", proto))
 		_ = conn.Close()
@@ -237,7 +261,7 @@ func (m *Mux) route(conn net.Conn) {
 	if err == nil {
 		err = acceptHello(conn, deadline, m.clusterID())
 	}
-	m.unregister(conn)
+	m.unregister(raw)
 	if err != nil {
 		m.reject(conn, err)
 		return
@@ -250,6 +274,39 @@ func (m *Mux) route(conn net.Conn) {
 	case <-m.closed:
 		_ = conn.Close()
 	}
+}
+
+// serverHandshake runs the server side of TLS on an accepted connection,
+// within deadline; without TLS it returns raw.
+func (m *Mux) serverHandshake(raw net.Conn, deadline time.Time) (net.Conn, error) {
+	if m.serverTLS == nil {
+		return raw, nil
+	}
+	tc := tls.Server(raw, m.serverTLS)
+	if err := tc.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// clientHandshake runs the client side of TLS on a dialed connection,
+// within deadline (zero: none), checking the server's certificate names
+// the dialed host; without TLS it returns raw.
+func (m *Mux) clientHandshake(raw net.Conn, addr string, deadline time.Time) (net.Conn, error) {
+	if m.clientTLS == nil {
+		return raw, nil
+	}
+	tc := tls.Client(raw, certs.ForHost(m.clientTLS, addr))
+	if err := tc.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("%w with %s: TLS: %w", ErrHandshake, addr, err)
+	}
+	return tc, nil
 }
 
 func (m *Mux) readProto(conn net.Conn, deadline time.Time) (byte, error) {
@@ -308,13 +365,19 @@ func (m *Mux) DialProbe(addr string, timeout time.Duration) (net.Conn, error) {
 }
 
 func (m *Mux) dial(addr string, timeout time.Duration, proto byte, dial func(string, time.Duration) (net.Conn, error), clusterID string) (net.Conn, error) {
-	conn, err := dial(addr, timeout)
+	raw, err := dial(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
+	}
+	conn, err := m.clientHandshake(raw, addr, deadline)
+	if err != nil {
+		_ = raw.Close()
+		m.logger.Warn("closing connection: TLS handshake failed", "remote", addr, "error", err)
+		return nil, err
 	}
 	if err := conn.SetWriteDeadline(deadline); err != nil {
 		_ = conn.Close()
