@@ -46,6 +46,7 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodeNodeNotEmpty:         http.StatusConflict,
 	fsm.CodeLastVoter:            http.StatusConflict,
 	fsm.CodeMemberDataLost:       http.StatusConflict,
+	fsm.CodePermissionDenied:     http.StatusForbidden,
 	fsm.CodeNotInRange:           http.StatusUnprocessableEntity,
 	fsm.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 }

@@ -29,6 +29,10 @@ const (
 	// CodeMemberDataLost: a node asked to join has no state, but its ID is
 	// a voter of the cluster, which may have counted on its votes and log.
 	CodeMemberDataLost Code = "MemberDataLost"
+	// CodePermissionDenied: the caller may not do this. On the forwarding
+	// RPC: a node whose certificate names no member of the configuration
+	// asked for more than a probe or a join of itself.
+	CodePermissionDenied Code = "PermissionDenied"
 )
 
 // Error is a domain failure decided by the state machine: a definite

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,14 @@ type Config struct {
 	Pools []PoolSpec
 	// Logger receives the node's and Raft's logs. Nil: discard.
 	Logger hclog.Logger
+	// ServerTLS and ClientTLS, given together, make the Raft and
+	// forwarding port speak only TLS, from each connection's first byte
+	// (see certs.Files: ServerConfig(true) and ClientConfig). Peers are
+	// then known by the CN of their certificate, which must be their node
+	// ID: only members of the configuration may forward calls, and a node
+	// joins only as itself. Nil: plain TCP, which anyone who reaches the
+	// port can use to commit state; keep it to loopback.
+	ServerTLS, ClientTLS *tls.Config
 
 	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune Raft
 	// (see raft.Config); CommitTimeout too.
@@ -123,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RaftAddr == "" {
 		errs = append(errs, errors.New("RaftAddr is empty"))
+	}
+	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
+		errs = append(errs, errors.New("ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS"))
 	}
 	if len(c.Peers) > 0 && len(c.Join) > 0 {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/rangealloc/rangealloc/transport"
 )
 
 // Calls made on a follower travel to the leader over an internal RPC on
@@ -286,8 +287,10 @@ func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) e
 	return fromWireErr(reply.Err)
 }
 
-// serveRPC answers forwarded calls until the node closes.
-func (n *Node) serveRPC(srv *rpc.Server) {
+// serveRPC answers forwarded calls until the node closes. Each connection
+// gets a service of its own that knows the peer: the node its TLS
+// certificate names.
+func (n *Node) serveRPC() {
 	l := n.mux.RPC()
 	for {
 		conn, err := l.Accept()
@@ -309,6 +312,13 @@ func (n *Node) serveRPC(srv *rpc.Server) {
 				case <-done:
 				}
 			}()
+			peer, secure := transport.PeerID(conn)
+			srv := rpc.NewServer()
+			if err := srv.RegisterName("Node", &rpcService{n: n, peer: peer, secure: secure}); err != nil {
+				n.logger.Error("forwarding RPC: cannot serve a connection", "error", err)
+				_ = conn.Close()
+				return
+			}
 			srv.ServeConn(conn)
 		})
 	}
@@ -317,7 +327,34 @@ func (n *Node) serveRPC(srv *rpc.Server) {
 // rpcService is what the leader serves to followers. A receiver that is no
 // longer the leader answers NotLeader and never forwards again, so calls
 // cannot loop.
-type rpcService struct{ n *Node }
+//
+// Over TLS (secure), peer is the node ID the caller's certificate was
+// issued to: only members of the configuration may forward calls; any
+// node of the cluster's CA may probe, and join as itself.
+type rpcService struct {
+	n      *Node
+	peer   string
+	secure bool
+}
+
+// member refuses a caller that is not a member of the configuration: a
+// node with a certificate of the cluster's CA, but not (or no longer) in
+// the cluster, must not commit anything through it.
+func (s *rpcService) member() *wireErr {
+	if !s.secure {
+		return nil // plain TCP: --insecure, or loopback only
+	}
+	if f := s.n.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if s.peer != "" && string(srv.ID) == s.peer {
+				return nil
+			}
+		}
+	}
+	s.n.logger.Warn("refusing a forwarded call from a node that is not a member", "peer", s.peer)
+	return &wireErr{Domain: &fsm.Error{Code: fsm.CodePermissionDenied, Op: -1, Message: fmt.Sprintf(
+		"node %s refuses forwarded calls from %q: its certificate names no member of the cluster's configuration", s.n.id, s.peer)}}
+}
 
 // rpcTimeout bounds a forwarded call on the leader.
 const rpcTimeout = 10 * time.Second
@@ -335,6 +372,9 @@ func (s *rpcService) leaderOnly() *wireErr {
 
 // Submit proposes a forwarded request.
 func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
+	if reply.Err = s.member(); reply.Err != nil {
+		return nil
+	}
 	if reply.Err = s.leaderOnly(); reply.Err != nil {
 		return nil
 	}
@@ -360,6 +400,9 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 
 // Read serves a forwarded read.
 func (s *rpcService) Read(args *readArgs, reply *readRPCReply) error {
+	if reply.Err = s.member(); reply.Err != nil {
+		return nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	r, err := s.n.readOnLeader(ctx, args)
@@ -371,6 +414,9 @@ func (s *rpcService) Read(args *readArgs, reply *readRPCReply) error {
 }
 
 func (s *rpcService) run(reply *callReply, fn func(ctx context.Context) error) error {
+	if reply.Err = s.member(); reply.Err != nil {
+		return nil
+	}
 	if reply.Err = s.leaderOnly(); reply.Err != nil {
 		return nil
 	}
@@ -398,7 +444,15 @@ func (s *rpcService) Transfer(id string, reply *callReply) error {
 // Join adds a member on behalf of a node that is joining through this
 // one: the leader adds it directly, a follower carries it one hop to the
 // leader's AddMember (which never forwards).
+//
+// Over TLS a node joins only as itself: m.ID must be the ID its
+// certificate names.
 func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
+	if s.secure && m.ID != s.peer {
+		reply.Err = &wireErr{Domain: &fsm.Error{Code: fsm.CodePermissionDenied, Op: -1, Message: fmt.Sprintf(
+			"a node may join only as itself: it asked to join as %q, its certificate names %q", m.ID, s.peer)}}
+		return nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if s.n.IsLeader() {

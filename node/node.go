@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/rpc"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,7 +130,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
-		DialRPC: cfg.DialRPC, RaftClosed: !disk.hasState})
+		DialRPC: cfg.DialRPC, RaftClosed: !disk.hasState, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS})
 	if err != nil {
 		return fmt.Errorf("raft address: %w", err)
 	}
@@ -161,11 +160,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.fwd = newForwarder(n.mux.DialRPC)
 	n.probes = newForwarder(n.mux.DialProbe)
-	srv := rpc.NewServer()
-	if err := srv.RegisterName("Node", &rpcService{n: n}); err != nil {
-		return err
-	}
-	n.goFunc(func() { n.serveRPC(srv) })
+	n.goFunc(n.serveRPC)
 	n.goFunc(n.batchLoop)
 	n.goFunc(n.resolveLoop)
 	n.goFunc(n.leaderLoop)
