@@ -20,12 +20,15 @@ import (
 
 // Client talks to one node.
 type Client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
 }
 
-// New returns a client of the node at addr ("http://127.0.0.1:7080", or
-// "127.0.0.1:7080"). hc nil: a client with a 30 s timeout.
+// New returns a client of the node at addr ("http://127.0.0.1:7080",
+// "https://10.0.0.1:7080", or "127.0.0.1:7080" for plain HTTP). hc nil: a
+// client with a 30 s timeout. For HTTPS with the cluster's own CA, give hc
+// a Transport whose TLSClientConfig trusts it (certs.Files.ClientConfig).
 func New(addr string, hc *http.Client) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
@@ -34,6 +37,14 @@ func New(addr string, hc *http.Client) *Client {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
 	return &Client{base: strings.TrimRight(addr, "/"), hc: hc}
+}
+
+// WithToken returns a copy of c that sends token as
+// "Authorization: Bearer <token>" on every request ("" sends none).
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.token = token
+	return &cc
 }
 
 // Addr returns the node's base URL.
@@ -74,6 +85,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")

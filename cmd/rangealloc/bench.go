@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/certs"
 	"github.com/spf13/cobra"
 )
 
@@ -179,7 +179,10 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: f.clients}}
+	hc, err := g.httpClient(30*time.Second, f.clients, certs.Paths{})
+	if err != nil {
+		return err
+	}
 	st := &benchStats{lats: make([][]time.Duration, f.clients)}
 	runCtx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
@@ -199,7 +202,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c := client.New(targets[i%len(targets)], hc)
+			c := g.clientOf(targets[i%len(targets)], hc)
 			held := benchClient(runCtx, c, f, mix, i, rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano()))), st)
 			cleanup(ctx, c, f.pool, benchOwner(i), held)
 		}(i)

@@ -14,8 +14,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func (g *globals) client() *client.Client { return client.New(g.addr, nil) }
-
 func ctxOf(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), 60*time.Second)
 }

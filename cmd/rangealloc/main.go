@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/certs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -31,12 +32,6 @@ func main() {
 		}
 		os.Exit(1)
 	}
-}
-
-// globals are the flags every client command shares.
-type globals struct {
-	addr   string
-	output string
 }
 
 func newRoot() *cobra.Command {
@@ -64,12 +59,15 @@ RANGEALLOC_DATA_DIR.`,
 			if g.output != "table" && g.output != "json" {
 				return fmt.Errorf("--output %q: want table or json", g.output)
 			}
+			if cmd.Name() != "server" {
+				_, err := g.httpClient(0, 0, certs.Paths{}) // reads the TLS files now: a bad one is named here
+				return err
+			}
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&g.addr, "addr", "http://127.0.0.1:7080", "HTTP address of any node")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newServerCmd(), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
+	g.register(root.PersistentFlags())
+	root.AddCommand(newServerCmd(g), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
 		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newTokenCmd())
 	return root
 }

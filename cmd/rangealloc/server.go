@@ -7,6 +7,7 @@ import (
 	"net/http"
 	_ "net/http/pprof" // served only with --pprof
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/certs"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/spf13/cobra"
 )
@@ -33,10 +35,12 @@ type serverFlags struct {
 	requestTimeout                                    time.Duration
 	tuning                                            node.Config // Raft and snapshot tuning
 	http                                              httpLimits
+	sec                                               securityFlags
+	g                                                 *globals // --cacert, --cert, --key, --token for --join
 }
 
-func newServerCmd() *cobra.Command {
-	f := &serverFlags{}
+func newServerCmd(g *globals) *cobra.Command {
+	f := &serverFlags{g: g}
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a rangealloc node",
@@ -51,6 +55,13 @@ leader creates the pools. With --join, the node asks a member to add it: it
 joins as a non-voter and becomes a voter once it has caught up. A node with
 state ignores --peers and --join.
 
+Loopback addresses need nothing more. A node asked to listen on any other
+address refuses to start unless it has mutual TLS between nodes
+(--tls-cert, --tls-key, --tls-ca), HTTPS on the API (--api-tls-cert,
+--api-tls-key) and API tokens (--token-file), or --insecure. 'rangealloc
+certs init' and 'rangealloc token create' make the files. Certificates, keys,
+CAs and the token file are re-read within 10 s of a change.
+
 A node refuses to start (exit status 1, "refusing to start: <file>: <why>")
 when its data cannot be trusted: raft.db lost, cut short or damaged, a
 damaged snapshot, or an empty data directory while the node is a voter of
@@ -64,7 +75,13 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 
   # join a running cluster through any member (also: bring back a member that
   # lost its disk, after 'rangealloc cluster remove ID' and emptying its data dir)
-  rangealloc server --id n4 --data-dir d4 --http-addr 127.0.0.1:7086 --raft-addr 127.0.0.1:7087 --join 127.0.0.1:7080`,
+  rangealloc server --id n4 --data-dir d4 --http-addr 127.0.0.1:7086 --raft-addr 127.0.0.1:7087 --join 127.0.0.1:7080
+
+  # a node of a secure three-node install on its LAN address (docs/OPERATIONS.md)
+  rangealloc server --id n1 --http-addr 10.0.0.1:7080 --raft-addr 10.0.0.1:7081 \
+    --peers n1=10.0.0.1:7081=https://10.0.0.1:7080,n2=10.0.0.2:7081=https://10.0.0.2:7080,n3=10.0.0.3:7081=https://10.0.0.3:7080 \
+    --tls-cert certs/n1.crt --tls-key certs/n1.key --tls-ca certs/ca.crt \
+    --api-tls-cert certs/n1.crt --api-tls-key certs/n1.key --token-file tokens`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
@@ -87,6 +104,7 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	f.http = defaultHTTPLimits()
 	fl.IntVar(&f.http.MaxConnections, "max-connections", f.http.MaxConnections,
 		"client connections served at once; more wait in the kernel's accept queue until one closes")
+	f.sec.register(fl)
 	f.tuning = node.DefaultConfig()
 	fl.DurationVar(&f.tuning.HeartbeatTimeout, "heartbeat-timeout", f.tuning.HeartbeatTimeout, "Raft heartbeat timeout (advanced)")
 	fl.DurationVar(&f.tuning.ElectionTimeout, "election-timeout", f.tuning.ElectionTimeout, "Raft election timeout (advanced)")
@@ -161,10 +179,22 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return fmt.Errorf("--request-timeout %s: want a positive duration, such as 5s", f.requestTimeout)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
+	open, err := f.sec.check(f.httpAddr, f.raftAddr)
+	if err != nil {
+		return err
+	}
+	for _, o := range open {
+		logger.Warn("--insecure: serving without protection", "what", o)
+	}
 	pools, err := f.pools()
 	if err != nil {
 		return err
 	}
+	sec, err := f.sec.load(logger)
+	if err != nil {
+		return err
+	}
+	defer sec.close()
 	peers, err := parsePeers(f.peers)
 	if err != nil {
 		return err
@@ -173,14 +203,24 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if advHTTP == "" {
 		advHTTP = f.httpAddr
 	}
+	if !strings.Contains(advHTTP, "://") {
+		advHTTP = sec.scheme() + "://" + advHTTP
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	cfg := f.tuning
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = f.id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
+	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
 	if f.join != "" {
-		if cfg.Join, err = joinTargets(ctx, f.join); err != nil {
+		// The member's API is asked with --cacert/--cert/--key, or else
+		// this node's own --tls-* files (certs init makes one CA for both).
+		hc, err := f.g.httpClient(5*time.Second, 2, certs.Paths{Cert: f.sec.tlsCert, Key: f.sec.tlsKey, CA: f.sec.tlsCA})
+		if err != nil {
+			return err
+		}
+		if cfg.Join, err = joinTargets(ctx, f.g.clientOf(f.join, hc), f.join); err != nil {
 			return err
 		}
 	}
@@ -198,9 +238,12 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	// starting; then the handler is swapped for the real one.
 	handler := &swapHandler{}
 	handler.set(http.HandlerFunc(starting))
-	srv := newHTTPServer(handler, f.http)
+	// One guard in front of everything the API port serves: tokens and
+	// roles, or without a token file the Host check against DNS rebinding.
+	guarded := api.Guard(handler, api.GuardOptions{Tokens: sec.tokens, AllowedHosts: allowedHosts(advHTTP), Logger: logger.Named("api")})
+	srv := newHTTPServer(guarded, f.http)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- sec.serveAPI(srv, ln) }()
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		_ = srv.Close()
@@ -215,7 +258,8 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		h = mux
 	}
 	handler.set(h)
-	logger.Info("serving", "id", n.ID(), "http", ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir)
+	logger.Info("serving", "id", n.ID(), "api", advHTTP, "raft", n.RaftAddr(), "data_dir", f.dataDir,
+		"node_tls", sec.nodeServer != nil, "api_tokens", sec.tokens != nil)
 
 	select {
 	case <-ctx.Done():
@@ -276,10 +320,19 @@ func exportRaftMetrics(m *api.Metrics) error {
 	return err
 }
 
-// joinTargets asks the member at httpAddr for the cluster's Raft addresses,
-// which the node then asks in turn to add it.
-func joinTargets(ctx context.Context, httpAddr string) ([]string, error) {
-	c := client.New(httpAddr, nil)
+// allowedHosts are the Host names the unauthenticated API answers besides
+// IP literals and localhost: the advertised HTTP address's.
+func allowedHosts(advHTTP string) []string {
+	u, err := url.Parse(advHTTP)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	return []string{u.Hostname()}
+}
+
+// joinTargets asks the member at httpAddr (through c) for the cluster's
+// Raft addresses, which the node then asks in turn to add it.
+func joinTargets(ctx context.Context, c *client.Client, httpAddr string) ([]string, error) {
 	var last error
 	for i := 0; i < 60; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -48,7 +48,7 @@ func (t Tuning) args() []string {
 	return []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
 		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
 		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
-		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
+		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info", "--insecure"}
 }
 
 // Cluster is three servers in a Lab.

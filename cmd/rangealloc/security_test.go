@@ -1,0 +1,52 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSecurityCheck: loopback needs nothing; any other address needs TLS
+// (and tokens on the API) or --insecure, and the refusal names the flags.
+func TestSecurityCheck(t *testing.T) {
+	nodeTLS := securityFlags{tlsCert: "n.crt", tlsKey: "n.key", tlsCA: "ca.crt"}
+	full := nodeTLS
+	full.apiCert, full.apiKey, full.tokenFile = "n.crt", "n.key", "tokens"
+	cases := []struct {
+		name       string
+		flags      securityFlags
+		http, raft string
+		wantErr    []string // substrings of the error; nil: no error
+		wantOpen   int
+	}{
+		{"loopback needs nothing", securityFlags{}, "127.0.0.1:7080", "127.0.0.1:7081", nil, 0},
+		{"localhost and ::1 are loopback", securityFlags{}, "localhost:7080", "[::1]:7081", nil, 0},
+		{"a LAN address without anything", securityFlags{}, "10.0.0.1:7080", "10.0.0.1:7081",
+			[]string{"refusing to start", "--raft-addr 10.0.0.1:7081", "--tls-cert", "--http-addr 10.0.0.1:7080", "--api-tls-cert and --token-file", "--insecure"}, 0},
+		{"0.0.0.0 is not loopback", securityFlags{}, "127.0.0.1:7080", "0.0.0.0:7081", []string{"--raft-addr 0.0.0.0:7081"}, 0},
+		{":: is not loopback", securityFlags{}, "[::]:7080", "127.0.0.1:7081", []string{"--http-addr [::]:7080"}, 0},
+		{"an empty host is not loopback", securityFlags{}, ":7080", "127.0.0.1:7081", []string{"--http-addr :7080"}, 0},
+		{"node TLS but an open API", nodeTLS, "10.0.0.1:7080", "10.0.0.1:7081", []string{"--http-addr", "--api-tls-cert and --token-file"}, 0},
+		{"HTTPS without tokens", securityFlags{apiCert: "a", apiKey: "b"}, "10.0.0.1:7080", "127.0.0.1:7081", []string{"has no --token-file"}, 0},
+		{"everything", full, "10.0.0.1:7080", "10.0.0.1:7081", nil, 0},
+		{"--insecure serves, and says what is open", securityFlags{insecure: true}, "10.0.0.1:7080", "10.0.0.1:7081", nil, 2},
+		{"--tls-cert without --tls-key", securityFlags{tlsCert: "a", tlsCA: "c"}, "127.0.0.1:7080", "127.0.0.1:7081", []string{"--tls-cert and --tls-key go together"}, 0},
+		{"--tls-cert without --tls-ca", securityFlags{tlsCert: "a", tlsKey: "b"}, "127.0.0.1:7080", "127.0.0.1:7081", []string{"--tls-ca goes with"}, 0},
+		{"--api-client-ca without HTTPS", securityFlags{apiClientCA: "c"}, "127.0.0.1:7080", "127.0.0.1:7081", []string{"--api-client-ca needs --api-tls-cert"}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			open, err := c.flags.check(c.http, c.raft)
+			if c.wantErr == nil {
+				require.NoError(t, err)
+				assert.Len(t, open, c.wantOpen)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range c.wantErr {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
