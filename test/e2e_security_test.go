@@ -1,0 +1,211 @@
+package test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/certs"
+	"github.com/rangealloc/rangealloc/certs/certstest"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// secureProcs is a three-node cluster of real processes with mutual TLS
+// between nodes, HTTPS and tokens on the API, and a token per role.
+type secureProcs struct {
+	ps     []*proc
+	certs  *certstest.Bundle
+	tokens map[api.Role]string
+	hc     *http.Client
+}
+
+func newSecureProcs(t *testing.T) *secureProcs {
+	s := &secureProcs{certs: certstest.New(t, "n1", "n2", "n3"), tokens: map[api.Role]string{}}
+	tokenFile := filepath.Join(s.certs.Dir, "tokens")
+	var lines []string
+	for _, r := range []api.Role{api.RoleRead, api.RoleWrite, api.RoleAdmin} {
+		tok, err := api.NewToken()
+		require.NoError(t, err)
+		s.tokens[r] = tok
+		lines = append(lines, api.TokenLine(tok, r, "e2e-"+r.String()))
+	}
+	require.NoError(t, os.WriteFile(tokenFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	f, err := certs.Load(certs.Paths{CA: s.certs.CA}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	cfg, err := f.ClientConfig()
+	require.NoError(t, err)
+	s.hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := tls.Dialer{Config: certs.ForHost(cfg, addr)}
+			return d.DialContext(ctx, network, addr)
+		}}}
+	dir := t.TempDir()
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		p := &proc{id: fmt.Sprintf("n%d", i), http: freePort(t), raft: freePort(t), dir: filepath.Join(dir, fmt.Sprintf("n%d", i))}
+		s.ps = append(s.ps, p)
+		peers = append(peers, fmt.Sprintf("%s=%s=https://%s", p.id, p.raft, p.http))
+	}
+	for _, p := range s.ps {
+		n := s.certs.Node[p.id]
+		p.args = []string{"--peers", strings.Join(peers, ","), "--tls-cert", n.Cert, "--tls-key", n.Key, "--tls-ca", n.CA,
+			"--api-tls-cert", n.Cert, "--api-tls-key", n.Key, "--token-file", tokenFile}
+		p.start(t)
+	}
+	return s
+}
+
+// client returns an HTTPS client of p with role r's token (0: none).
+func (s *secureProcs) client(p *proc, r api.Role) *client.Client {
+	return client.New("https://"+p.http, s.hc).WithToken(s.tokens[r])
+}
+
+// waitLeader waits until p knows a leader and serves the default pools.
+func (s *secureProcs) waitLeader(t *testing.T, p *proc) *proc {
+	t.Helper()
+	var leader string
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := s.client(p, api.RoleRead).Cluster(ctx)
+		if err != nil || st.Leader.ID == "" {
+			return false
+		}
+		pools, err := s.client(p, api.RoleRead).Pools(ctx, client.Options{})
+		leader = st.Leader.ID
+		return err == nil && len(pools) == 2
+	}, 30*time.Second, 100*time.Millisecond, "no leader via %s", p.id)
+	return byID(s.ps, leader)
+}
+
+// TestE2ESecureClusterRefusesAttacks: against a cluster with TLS and
+// tokens, the attacks that took an open cluster fail and change nothing:
+// a forged AppendEntries to a follower's Raft port, from a program
+// without a certificate or with one of another CA; forwarded calls
+// (RemoveMember, Submit) likewise; and API calls without a token or with
+// too weak a role. Members, term and every allocation stay as they were.
+func TestE2ESecureClusterRefusesAttacks(t *testing.T) {
+	s := newSecureProcs(t)
+	l := s.waitLeader(t, s.ps[0])
+	var f *proc
+	for _, p := range s.ps {
+		if p != l {
+			f = p
+			break
+		}
+	}
+	ctx := ctxE(t)
+	for i := 0; i < 5; i++ {
+		_, _, err := s.client(f, api.RoleWrite).Allocate(ctx, "nodeport", "", "honest", client.Options{})
+		require.NoError(t, err, "a write token allocates, through a follower")
+	}
+	st, err := s.client(l, api.RoleRead).Cluster(ctx)
+	require.NoError(t, err)
+	before := s.state(t, ctx)
+
+	other := certstest.New(t, "n1", "x9")
+	for _, who := range []struct {
+		name  string
+		paths *certs.Paths
+	}{{"no certificate", nil}, {"another CA's certificate", ptr(other.Node["n1"])}} {
+		t.Run(who.name, func(t *testing.T) {
+			m := attackerMux(t, who.paths, st.ClusterID)
+			trans := transport.NewTCPTransport(m.Raft(), hclog.NewNullLogger())
+			t.Cleanup(func() { _ = trans.Close() })
+			forged := fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "forged",
+				Ops: []fsm.Op{{Kind: fsm.OpAllocate, Pool: "nodeport", Value: "30999", Owner: "forged-on-follower-only"}}}})
+			req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte(l.id), Addr: []byte(l.raft)},
+				Term: st.Term + 100, PrevLogEntry: 0, PrevLogTerm: 0, LeaderCommitIndex: 1 << 20,
+				Entries: []*raft.Log{{Index: 1 << 19, Term: st.Term + 100, Type: raft.LogCommand, Data: forged}}}
+			var resp raft.AppendEntriesResponse
+			err := trans.AppendEntries(raft.ServerID(f.id), raft.ServerAddress(f.raft), req, &resp)
+			require.Error(t, err, "a forged AppendEntries is closed in the handshake")
+			assert.False(t, resp.Success)
+
+			_, err = m.DialRPC(l.raft, 2*time.Second)
+			require.ErrorIs(t, err, transport.ErrHandshake, "the forwarding RPC too: no RemoveMember, no Submit")
+		})
+	}
+
+	for _, c := range []struct {
+		role   api.Role
+		status int
+		code   string
+	}{{0, 401, api.CodeUnauthenticated}, {api.RoleRead, 403, api.CodePermissionDenied}} {
+		_, _, err := s.client(l, c.role).Allocate(ctx, "nodeport", "", "no-right", client.Options{})
+		var ae *client.Error
+		require.ErrorAs(t, err, &ae, "allocate with role %v", c.role)
+		assert.Equal(t, c.status, ae.Status)
+		assert.Equal(t, c.code, ae.Code)
+		err = s.client(l, c.role).RemoveMember(ctx, f.id)
+		require.ErrorAs(t, err, &ae, "remove member with role %v", c.role)
+		assert.Equal(t, c.status, ae.Status)
+	}
+	resp, err := s.hc.Get("https://" + l.http + "/readyz")
+	require.NoError(t, err, "/readyz needs no token")
+	resp.Body.Close()
+
+	time.Sleep(3 * time.Second) // a forged entry that got in would have spread by now
+	after := s.state(t, ctx)
+	assert.Equal(t, before, after, "members, term and allocations unchanged on every node")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// attackerMux is a Mux that dials with p's certificate (nil: plain TCP)
+// and names the cluster, as a program with the right cluster ID would.
+func attackerMux(t *testing.T, p *certs.Paths, clusterID string) *transport.Mux {
+	t.Helper()
+	opts := transport.Options{HandshakeTimeout: 2 * time.Second, ClusterID: func() string { return clusterID }}
+	if p != nil {
+		f, err := certs.Load(*p, hclog.NewNullLogger())
+		require.NoError(t, err)
+		opts.ServerTLS, err = f.ServerConfig(true)
+		require.NoError(t, err)
+		opts.ClientTLS, err = f.ClientConfig()
+		require.NoError(t, err)
+	}
+	m, err := transport.Listen("127.0.0.1:0", nil, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// state is every node's view that an attack could change: members, term,
+// and the owners of the nodeport pool's allocations, read from each
+// node's own state.
+func (s *secureProcs) state(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	var out []string
+	for _, p := range s.ps {
+		c := s.client(p, api.RoleRead)
+		st, err := c.Cluster(ctx)
+		require.NoError(t, err)
+		var members []string
+		for _, m := range st.Members {
+			members = append(members, fmt.Sprintf("%s/%s/%t", m.ID, m.RaftAddr, m.Voter))
+		}
+		as, err := c.ListAll(ctx, "nodeport", "", client.Options{Consistency: "stale"})
+		require.NoError(t, err)
+		var owners []string
+		for _, a := range as {
+			owners = append(owners, a.Value+"="+a.Owner)
+		}
+		out = append(out, fmt.Sprintf("%s: term %d, members %v, nodeport %v", p.id, st.Term, members, owners))
+	}
+	return out
+}
