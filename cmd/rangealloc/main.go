@@ -70,7 +70,7 @@ RANGEALLOC_DATA_DIR.`,
 	root.PersistentFlags().StringVar(&g.addr, "addr", "http://127.0.0.1:7080", "HTTP address of any node")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	root.AddCommand(newServerCmd(), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
-		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g))
+		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newCertsCmd(g))
 	return root
 }
 
