@@ -79,6 +79,21 @@ func (f *Files) ClientConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// StaticClientConfig returns a *tls.Config for dialing with the material
+// current now, never re-read: MinVersion TLS 1.3, the certificate of Paths
+// if any, and RootCAs the CA pool of Paths (the system roots without one).
+// crypto/tls verifies the server the usual way against the ServerName of
+// each Clone, IP addresses included, so it suits a short-lived client,
+// such as the command line, behind an http.Transport.
+func (f *Files) StaticClientConfig() *tls.Config {
+	m := f.cur.Load()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: m.pool}
+	if m.cert != nil {
+		cfg.Certificates = []tls.Certificate{*m.cert}
+	}
+	return cfg
+}
+
 // ForHost returns a copy of cfg (from ClientConfig) for dialing host, a DNS
 // name or an IP address (with or without a port, which is dropped): its
 // ServerName is host, and the server's certificate is checked against host

@@ -3,8 +3,9 @@
 // a small CA that issues node certificates for installs without a PKI.
 //
 // Files loads Paths and hands out tls.Configs: ServerConfig for the Raft
-// port and the HTTPS API, ClientConfig (with ForHost) for dialing them.
-// The configs never hold a certificate or a CA pool themselves: every
+// port and the HTTPS API, ClientConfig (with ForHost) for dialing them,
+// and StaticClientConfig for a short-lived client that needs no rotation.
+// The first two never hold a certificate or a CA pool themselves: every
 // handshake takes the material current at its start, so Reload and Watch
 // rotate a certificate, or the CA set, without rebuilding any listener or
 // dialer. PeerID reads the node ID, the Common Name that CA.Issue gives a

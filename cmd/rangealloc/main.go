@@ -68,7 +68,7 @@ RANGEALLOC_DATA_DIR.`,
 	}
 	g.register(root.PersistentFlags())
 	root.AddCommand(newServerCmd(g), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
-		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newTokenCmd())
+		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newTokenCmd(), newCertsCmd(g))
 	return root
 }
 
