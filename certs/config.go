@@ -105,6 +105,9 @@ func ForHost(cfg *tls.Config, host string) *tls.Config {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS13}
+	}
 	c := cfg.Clone()
 	c.ServerName = host
 	if v := c.VerifyConnection; v != nil {
