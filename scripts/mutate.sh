@@ -36,6 +36,9 @@ set -euo pipefail
 MUTATIONS=$(cat <<'EOF'
 linearize-no-read-entry | node/read.go | s{go func\(\) \{ committed <- n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\.Error\(\) \}\(\)}{committed <- nil} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$|^TestLinearizableReadWaitsForApply$
 read-entry-as-barrier | node/read.go | s{n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)}{n.raft.Barrier(0)} | ./test/ | ^TestIdleAfterReadsConverges$
+rpc-member-gate-open | node/forward.go | s{if !s\.secure \{}{if true \{} | ./test/ | ^TestForwardingNeedsMembership$
+guard-role-ignored | api/auth.go | s{if has < need \{}{if false \{} | ./api/ | ^TestGuardRoutes$
+tls-client-cert-optional | certs/config.go | s{cfg\.ClientAuth = tls\.RequireAndVerifyClientCert}{cfg.ClientAuth = tls.VerifyClientCertIfGiven} | ./transport/ | ^TestTLSNeedsClientCertificate$
 linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
