@@ -27,14 +27,15 @@ import (
 // secureProcs is a three-node cluster of real processes with mutual TLS
 // between nodes, HTTPS and tokens on the API, and a token per role.
 type secureProcs struct {
-	ps     []*proc
-	certs  *certstest.Bundle
-	tokens map[api.Role]string
-	hc     *http.Client
+	ps        []*proc
+	certs     *certstest.Bundle
+	tokens    map[api.Role]string
+	tokenFile string
+	hc        *http.Client
 }
 
 func newSecureProcs(t *testing.T) *secureProcs {
-	s := &secureProcs{certs: certstest.New(t, "n1", "n2", "n3"), tokens: map[api.Role]string{}}
+	s := &secureProcs{certs: certstest.New(t, "n1", "n2", "n3", "n4"), tokens: map[api.Role]string{}}
 	tokenFile := filepath.Join(s.certs.Dir, "tokens")
 	var lines []string
 	for _, r := range []api.Role{api.RoleRead, api.RoleWrite, api.RoleAdmin} {
@@ -60,13 +61,19 @@ func newSecureProcs(t *testing.T) *secureProcs {
 		s.ps = append(s.ps, p)
 		peers = append(peers, fmt.Sprintf("%s=%s=https://%s", p.id, p.raft, p.http))
 	}
+	s.tokenFile = tokenFile
 	for _, p := range s.ps {
-		n := s.certs.Node[p.id]
-		p.args = []string{"--peers", strings.Join(peers, ","), "--tls-cert", n.Cert, "--tls-key", n.Key, "--tls-ca", n.CA,
-			"--api-tls-cert", n.Cert, "--api-tls-key", n.Key, "--token-file", tokenFile}
+		p.args = append([]string{"--peers", strings.Join(peers, ",")}, s.secureArgs(p.id)...)
 		p.start(t)
 	}
 	return s
+}
+
+// secureArgs are node id's TLS and token flags.
+func (s *secureProcs) secureArgs(id string) []string {
+	n := s.certs.Node[id]
+	return []string{"--tls-cert", n.Cert, "--tls-key", n.Key, "--tls-ca", n.CA,
+		"--api-tls-cert", n.Cert, "--api-tls-key", n.Key, "--token-file", s.tokenFile}
 }
 
 // client returns an HTTPS client of p with role r's token (0: none).
@@ -208,4 +215,44 @@ func (s *secureProcs) state(t *testing.T, ctx context.Context) []string {
 		out = append(out, fmt.Sprintf("%s: term %d, members %v, nodeport %v", p.id, st.Term, members, owners))
 	}
 	return out
+}
+
+// TestE2ESecureJoinAndCLI: a fourth node joins a TLS cluster through
+// --join https://… (asking the member's API with a read token and its own
+// CA), becomes a voter, and the CLI works over HTTPS with --cacert and
+// --token, and says Unauthenticated without a token.
+func TestE2ESecureJoinAndCLI(t *testing.T) {
+	s := newSecureProcs(t)
+	l := s.waitLeader(t, s.ps[0])
+	n4 := &proc{id: "n4", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n4")}
+	n4.args = append([]string{"--join", "https://" + l.http, "--token", s.tokens[api.RoleRead]}, s.secureArgs("n4")...)
+	n4.start(t)
+	s.ps = append(s.ps, n4)
+	require.Eventually(t, func() bool {
+		st, err := s.client(l, api.RoleRead).Cluster(ctxE(t))
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == "n4" {
+				return m.Voter && m.APIAddr == "https://"+n4.http
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "n4 joins over TLS and becomes a voter")
+
+	addr := "https://" + n4.http
+	out, errOut, code := rangealloc(t, addr, "allocate", "nodeport", "--owner", "cli/secure",
+		"--cacert", s.certs.CA, "--token", s.tokens[api.RoleWrite])
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	assert.Contains(t, out, "cli/secure")
+	_, errOut, code = rangealloc(t, addr, "list", "nodeport", "--cacert", s.certs.CA)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "Unauthenticated")
+	_, errOut, code = rangealloc(t, addr, "cluster", "remove", "n3", "--cacert", s.certs.CA, "--token", s.tokens[api.RoleWrite])
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "PermissionDenied")
+	_, errOut, code = rangealloc(t, addr, "pools", "--token", s.tokens[api.RoleRead])
+	assert.Equal(t, 1, code, "without --cacert the cluster's CA is not trusted")
+	assert.Contains(t, errOut, "certificate")
 }
