@@ -256,3 +256,41 @@ func TestE2ESecureJoinAndCLI(t *testing.T) {
 	assert.Equal(t, 1, code, "without --cacert the cluster's CA is not trusted")
 	assert.Contains(t, errOut, "certificate")
 }
+
+// TestE2EAPIClientCertificates: with --api-client-ca the API's TLS
+// handshake requires a client certificate of that CA on every path,
+// /healthz too; the CLI presents one with --cert and --key.
+func TestE2EAPIClientCertificates(t *testing.T) {
+	b := certstest.New(t, "n1", "ops")
+	n := b.Node["n1"]
+	tok, err := api.NewToken()
+	require.NoError(t, err)
+	tokenFile := filepath.Join(b.Dir, "tokens")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(api.TokenLine(tok, api.RoleAdmin, "ops")+"\n"), 0o600))
+	p := newProcsArgs(t, 1, "--api-tls-cert", n.Cert, "--api-tls-key", n.Key, "--api-client-ca", b.CA, "--token-file", tokenFile)[0]
+	addr := "https://" + p.http
+	ops := b.Node["ops"]
+	require.Eventually(t, func() bool {
+		_, _, code := rangealloc(t, addr, "pools", "--cacert", b.CA, "--cert", ops.Cert, "--key", ops.Key, "--token", tok)
+		return code == 0
+	}, 30*time.Second, 200*time.Millisecond, "served with a client certificate")
+	for _, path := range []string{"/healthz", "/v1/pools"} {
+		_, err := (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialTLSContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+				f, err := certs.Load(certs.Paths{CA: b.CA}, hclog.NewNullLogger())
+				if err != nil {
+					return nil, err
+				}
+				cfg, err := f.ClientConfig()
+				if err != nil {
+					return nil, err
+				}
+				d := tls.Dialer{Config: certs.ForHost(cfg, a)}
+				return d.DialContext(ctx, network, a)
+			}}}).Get(addr + path)
+		require.Error(t, err, "%s without a client certificate", path)
+	}
+	_, errOut, code := rangealloc(t, addr, "pools", "--cacert", b.CA, "--token", tok)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "certificate")
+}
