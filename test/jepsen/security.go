@@ -39,8 +39,10 @@ import (
 // themselves are kept in memory and handed to a server in its environment,
 // never on a command line or in a log.
 
-// certValidity is how long the run's CA and certificates are valid.
-const certValidity = 24 * time.Hour
+// certValidity is how long the run's CA and certificates are valid: more
+// than the 30 days under which a server warns, at each start, that its
+// certificate expires soon.
+const certValidity = 365 * 24 * time.Hour
 
 // Token names, as the servers log them.
 const (
