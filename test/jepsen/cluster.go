@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -48,7 +47,7 @@ func (t Tuning) args() []string {
 	return []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
 		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
 		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
-		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info", "--insecure"}
+		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
 }
 
 // Cluster is three servers in a Lab.
@@ -56,6 +55,7 @@ type Cluster struct {
 	Lab     *Lab
 	Servers []*Server
 	Tuning  Tuning
+	Sec     *Security
 	ctl     []*client.Client // per node, short timeouts, for the harness's own calls
 	admin   []*client.Client // per node, for membership changes, which wait for a commit
 
@@ -63,35 +63,41 @@ type Cluster struct {
 	spare                *Server // the fourth node of mistaken-join, once Spare made it
 }
 
-// NewCluster prepares one server per namespace of lab; Start starts them.
-func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet) *Cluster {
-	c := &Cluster{Lab: lab, Tuning: tuning, bin: bin, dataDir: dataDir, logDir: logDir}
+// NewCluster prepares one server per namespace of lab, secured as sec
+// says (issuing each node's certificate); Start starts them.
+func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet, sec *Security) (*Cluster, error) {
+	c := &Cluster{Lab: lab, Tuning: tuning, Sec: sec, bin: bin, dataDir: dataDir, logDir: logDir}
 	var peers []string
 	for i, ip := range lab.IPs {
-		peers = append(peers, fmt.Sprintf("n%d=%s:%d=%s:%d", i+1, ip, raftPort, ip, httpPort))
+		peers = append(peers, fmt.Sprintf("n%d=%s:%d=%s", i+1, ip, raftPort, sec.URL(fmt.Sprintf("%s:%d", ip, httpPort))))
 	}
 	for i := range lab.IPs {
-		s := c.newServer(i)
-		s.args = append([]string{"server", "--id", s.ID, "--data-dir", s.DataDir,
+		s, err := c.newServer(i)
+		if err != nil {
+			return nil, err
+		}
+		s.args = slices.Concat([]string{"server", "--id", s.ID, "--data-dir", s.DataDir,
 			"--http-addr", s.HTTP, "--raft-addr", s.Raft, "--peers", strings.Join(peers, ","),
-			"--service-cidr", pools.IPRange, "--node-port-range", pools.PortRange}, tuning.args()...)
+			"--service-cidr", pools.IPRange, "--node-port-range", pools.PortRange}, tuning.args(), s.args)
 		c.Servers = append(c.Servers, s)
-		c.ctl = append(c.ctl, newClient(s.HTTP, time.Second))
-		c.admin = append(c.admin, newClient(s.HTTP, 10*time.Second))
+		c.ctl = append(c.ctl, sec.Client(s.API, time.Second, sec.Admin))
+		c.admin = append(c.admin, sec.Client(s.API, 10*time.Second, sec.Admin))
 	}
-	return c
+	return c, nil
 }
 
-// newServer returns node i of the lab, without its flags.
-func (c *Cluster) newServer(i int) *Server {
+// newServer returns node i of the lab with its security flags only,
+// issuing its certificate.
+func (c *Cluster) newServer(i int) (*Server, error) {
 	id, ip := fmt.Sprintf("n%d", i+1), c.Lab.IPs[i]
+	args, err := c.Sec.ServerArgs(id, ip)
+	if err != nil {
+		return nil, fmt.Errorf("%s's certificate: %w", id, err)
+	}
+	hostport := fmt.Sprintf("%s:%d", ip, httpPort)
 	return &Server{ID: id, NS: c.Lab.NS[i], bin: c.bin, DataDir: filepath.Join(c.dataDir, id),
-		HTTP: fmt.Sprintf("%s:%d", ip, httpPort), Raft: fmt.Sprintf("%s:%d", ip, raftPort),
-		LogPath: filepath.Join(c.logDir, id+".log")}
-}
-
-func newClient(addr string, timeout time.Duration) *client.Client {
-	return client.New(addr, &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}})
+		HTTP: hostport, API: c.Sec.URL(hostport), Raft: fmt.Sprintf("%s:%d", ip, raftPort),
+		LogPath: filepath.Join(c.logDir, id+".log"), args: args, joinEnv: c.Sec.JoinEnv()}, nil
 }
 
 // Spare returns the fourth node of mistaken-join, making its namespace the
@@ -106,9 +112,12 @@ func (c *Cluster) Spare() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the fourth node's namespace: %w", err)
 	}
-	s := c.newServer(i)
-	s.args = append([]string{"server", "--id", s.ID, "--data-dir", s.DataDir, "--http-addr", s.HTTP, "--raft-addr", s.Raft},
-		c.Tuning.args()...)
+	s, err := c.newServer(i)
+	if err != nil {
+		return nil, err
+	}
+	s.args = slices.Concat([]string{"server", "--id", s.ID, "--data-dir", s.DataDir, "--http-addr", s.HTTP, "--raft-addr", s.Raft},
+		c.Tuning.args(), s.args)
 	c.spare = s
 	return s, nil
 }

@@ -22,6 +22,13 @@
 //	│             └─ rjvRn3 ─── … n3 10.77.R.3                          │
 //	└──────────────────────────────┘       └─────────────────────────────┘
 //
+// The servers run with mutual TLS between them, HTTPS and a token file,
+// as a secure install does: the harness makes a CA, the nodes'
+// certificates and the tokens per run, and every client sends a token of
+// the role it needs (see security.go). -jepsen.insecure runs them the old
+// way instead, plain HTTP and Raft with --insecure and no tokens, for
+// comparison.
+//
 // Partitions are DROP rules in the receiving nodes' INPUT chains, between node
 // addresses only: clients always reach every node, as in Jepsen, so an
 // isolated leader still receives requests and must not acknowledge them.

@@ -2,7 +2,6 @@ package jepsen
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +28,7 @@ func TestHealedFollowerForwards(t *testing.T) {
 		unavailable(t, err)
 	}
 	ps := DefaultPools()
-	c, err := setUp(t, Options{Seed: 4242, Binary: binary(t), Artifacts: t.TempDir()}, ps)
+	c, err := setUp(t, Options{Seed: 4242, Binary: binary(t), Artifacts: t.TempDir(), Insecure: *flagInsecure}, ps)
 	require.NoError(t, err)
 	require.NoError(t, c.Start())
 	ctx := context.Background()
@@ -38,7 +37,7 @@ func TestHealedFollowerForwards(t *testing.T) {
 	require.NoError(t, c.WaitPools(ctx, ps))
 	f := (leader + 1) % 3
 	peers := []int{leader, (leader + 2) % 3}
-	cl := client.New(c.Servers[f].HTTP, &http.Client{Timeout: 10 * time.Second})
+	cl := c.Sec.Client(c.Servers[f].API, 10*time.Second, c.Sec.Write)
 	write := func() error {
 		ctx, cancel := context.WithTimeout(ctx, 6*time.Second)
 		defer cancel()

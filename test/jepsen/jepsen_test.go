@@ -33,6 +33,7 @@ var (
 	flagArtDir   = flag.String("jepsen.artifacts", "", "directory for the artifacts (default: a new temp dir per seed, removed when the run passes unless -jepsen.keep)")
 	flagKeep     = flag.Bool("jepsen.keep", false, "keep the default temp artifacts dir of a passing run")
 	flagBin      = flag.String("jepsen.bin", "", "a prebuilt rangealloc binary (default: build ./cmd/rangealloc without -race)")
+	flagInsecure = flag.Bool("jepsen.insecure", false, "run the servers with plain HTTP and Raft, --insecure and no tokens, instead of mutual TLS, HTTPS and tokens")
 )
 
 // TestJepsen runs the partition suite: one seed given by -jepsen.seed, or
@@ -69,7 +70,7 @@ func TestJepsen(t *testing.T) {
 				dir = filepath.Join(dir, fmt.Sprintf("seed-%d", seed))
 			}
 			res, err := Run(t, Options{Seed: seed, Duration: *flagDuration, Faults: faults, Clients: *flagClients, Readers: *flagReaders,
-				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir})
+				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir, Insecure: *flagInsecure})
 			if errors.Is(err, ErrNoNetns) {
 				unavailable(t, err)
 			}

@@ -75,7 +75,7 @@ func (n *Nemesis) mistakenJoin(ctx context.Context, s Step, leader int, term uin
 	w := Window{Fault: s.Fault, Start: j.At, Detail: fmt.Sprintf("ask %s %s (leader %s, term %d) to add %s, a one-node cluster of its own at %s",
 		role, j.Via, n.C.Servers[leader].ID, term, sp.ID, sp.Raft)}
 	n.mark("fault %s: %s", s.Fault, w.Detail)
-	_, err = n.C.admin[via].AddMember(ctx, api.MemberRequest{ID: sp.ID, RaftAddr: sp.Raft, APIAddr: sp.HTTP})
+	_, err = n.C.admin[via].AddMember(ctx, api.MemberRequest{ID: sp.ID, RaftAddr: sp.Raft, APIAddr: sp.API})
 	var ce *client.Error
 	switch {
 	case err == nil:
@@ -110,7 +110,7 @@ func (n *Nemesis) startSpare(ctx context.Context, sp *Server) error {
 	if err := sp.Start(); err != nil {
 		return err
 	}
-	c := newClient(sp.HTTP, time.Second)
+	c := n.C.Sec.Client(sp.API, time.Second, n.C.Sec.Admin)
 	ctx, cancel := context.WithTimeout(ctx, spareWithin)
 	defer cancel()
 	return poll(ctx, 200*time.Millisecond, sp.ID+" serves its own cluster", func() (bool, string) {

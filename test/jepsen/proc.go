@@ -16,11 +16,13 @@ type Server struct {
 	ID      string
 	NS      string
 	HTTP    string // ip:port of the API
+	API     string // the API's URL: http:// or https:// and HTTP
 	Raft    string // ip:port of Raft
 	DataDir string
 	LogPath string
 	bin     string
 	args    []string // its usual flags
+	joinEnv []string // what the environment of a start with --join adds (its token)
 
 	// mu guards the following.
 	mu         sync.Mutex
@@ -44,18 +46,21 @@ const startLine = "==== jepsen: start "
 const afterDamage = "after storage damage"
 
 // Start starts the process with its usual flags; it must not be running.
-func (s *Server) Start() error { return s.start(s.args, "", false) }
+func (s *Server) Start() error { return s.start(s.args, nil, "", false) }
 
 // StartDamaged starts the process with its usual flags on a data dir a
 // storage fault damaged. Until Settle, its exit is recorded for Exit and
 // is not a crash: the server may rightly refuse to start.
-func (s *Server) StartDamaged() error { return s.start(s.args, afterDamage+" (usual flags)", true) }
+func (s *Server) StartDamaged() error {
+	return s.start(s.args, nil, afterDamage+" (usual flags)", true)
+}
 
 // StartJoin starts the process as the runbook does after removing the
-// member and its data dir: its usual flags, with --join addr instead of
-// --peers.
+// member and its data dir: its usual flags, with --join addr (a member's
+// API URL) instead of --peers, and the token it asks the member with in
+// its environment.
 func (s *Server) StartJoin(addr string) error {
-	return s.start(joinArgs(s.args, addr), fmt.Sprintf("%s (empty data dir, --join %s)", afterDamage, addr), false)
+	return s.start(joinArgs(s.args, addr), s.joinEnv, fmt.Sprintf("%s (empty data dir, --join %s)", afterDamage, addr), false)
 }
 
 // joinArgs returns args with --peers and its value replaced by --join addr.
@@ -71,7 +76,9 @@ func joinArgs(args []string, addr string) []string {
 	return append(out, "--join", addr)
 }
 
-func (s *Server) start(args []string, note string, mayExit bool) error {
+// start starts the process with args, and env added to the harness's
+// environment.
+func (s *Server) start(args, env []string, note string, mayExit bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -88,6 +95,9 @@ func (s *Server) start(args []string, note string, mayExit bool) error {
 	fmt.Fprintf(logf, "%s%s %sat %s\n", startLine, s.ID, note, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command("ip", append([]string{"netns", "exec", s.NS, s.bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...) // a later duplicate wins
+	}
 	// Own process group: a Ctrl-C reaches the harness, which cleans up;
 	// Pdeathsig: the servers die with the test process even if it is
 	// killed without a chance to clean up.

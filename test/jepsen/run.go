@@ -38,11 +38,16 @@ type Options struct {
 	// Artifacts is where the history, the nemesis log, the servers' logs
 	// and porcupine's visualisation go.
 	Artifacts string
+	// Insecure runs the servers the old way, with plain HTTP and Raft,
+	// --insecure and no tokens, instead of with TLS and tokens
+	// (security.go).
+	Insecure bool
 }
 
 // Result sums up a run.
 type Result struct {
 	Seed     uint64
+	Security string // how the run was secured (Security.String)
 	Elapsed  time.Duration
 	Counts   map[string]int // attempts by kind and outcome
 	Faults   int            // faults carried out
@@ -68,6 +73,7 @@ func (r Result) String() string {
 		}
 	}
 	fmt.Fprintf(&b, "faults run: %s\n", strings.Join(runs, ", "))
+	fmt.Fprintf(&b, "%s\n", r.Security)
 	for _, d := range r.Damages {
 		fmt.Fprintf(&b, "  %s of %s %s at %.3fs: %s; %s: %s\n", d.Fault, d.Role, d.Node, float64(d.At)/1e9, d.What, d.Verdict, d.Why)
 		if d.Runbook != "" || d.RunbookErr != nil {
@@ -104,6 +110,7 @@ func Run(t testing.TB, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	res.Security = c.Sec.String()
 	nlog, err := os.Create(filepath.Join(o.Artifacts, "nemesis.log"))
 	if err != nil {
 		return res, err
@@ -161,15 +168,27 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 		lab.Close()
 		return nil, err
 	}
-	c := NewCluster(lab, o.Binary, dataDir, o.Artifacts, DefaultTuning(), pools)
-	t.Cleanup(onExit(func() {
-		_ = c.Close()
+	closeLab := func() {
 		if err := lab.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "jepsen: cleanup: %v\n", err)
 		}
 		_ = os.RemoveAll(dataDir)
+	}
+	sec, err := NewSecurity(filepath.Join(dataDir, "tls"), o.Insecure)
+	if err != nil {
+		closeLab()
+		return nil, fmt.Errorf("the run's CA and tokens: %w", err)
+	}
+	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, DefaultTuning(), pools, sec)
+	if err != nil {
+		closeLab()
+		return nil, err
+	}
+	t.Cleanup(onExit(func() {
+		_ = c.Close()
+		closeLab()
 	}))
-	t.Logf("seed %d: nodes %v in namespaces %v, clients from %s; artifacts in %s", o.Seed, lab.IPs, lab.NS, lab.HostIP, o.Artifacts)
+	t.Logf("seed %d: nodes %v in namespaces %v, clients from %s; artifacts in %s; %s", o.Seed, lab.IPs, lab.NS, lab.HostIP, o.Artifacts, sec)
 	for _, s := range c.Servers { // a reused artifacts dir: start the logs afresh
 		_ = os.Remove(s.LogPath)
 	}
@@ -187,9 +206,9 @@ const burstSize = 16
 func runUnderNemesis(o Options, c *Cluster, nem *Nemesis, plan []Step, pools PoolSet, now func() int64) (checker.History, error) {
 	var addrs []string
 	for _, s := range c.Servers {
-		addrs = append(addrs, s.HTTP)
+		addrs = append(addrs, s.API)
 	}
-	w := &Workload{Addrs: addrs, Pools: pools, Clients: o.Clients, Readers: o.Readers, Seed: o.Seed, OpTimeout: o.OpTimeout,
+	w := &Workload{Addrs: addrs, Sec: c.Sec, Pools: pools, Clients: o.Clients, Readers: o.Readers, Seed: o.Seed, OpTimeout: o.OpTimeout,
 		ImpatientTimeout: o.ImpatientTimeout, ReadTimeout: o.ReadTimeout, Now: now}
 	burstRNG := rand.New(rand.NewPCG(o.Seed, 0xb0))
 	nem.BeforeResume = func(node int) { w.Burst(node, burstSize, burstRNG) }
@@ -242,6 +261,9 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 		crashes = append(crashes, s.Crashes()...)
 	}
 	verdict("no server crashed", crashes)
+	if r := CheckAuth(history); !c.Sec.Insecure {
+		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
+	}
 
 	// The checker package's checks, on the history with every list
 	// expanded to gets, so that porcupine judges lists too.

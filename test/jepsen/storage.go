@@ -269,10 +269,10 @@ func (n *Nemesis) runbook(ctx context.Context, i int) (string, error) {
 		return did, fmt.Errorf("leader's commit index: %w", err)
 	}
 	target := st.CommitIndex
-	if err := srv.StartJoin(n.C.Servers[via].HTTP); err != nil {
+	if err := srv.StartJoin(n.C.Servers[via].API); err != nil {
 		return did, err
 	}
-	did += fmt.Sprintf(", emptied its data dir, started it with --join %s", n.C.Servers[via].HTTP)
+	did += fmt.Sprintf(", emptied its data dir, started it with --join %s", n.C.Servers[via].API)
 	var exit error
 	err = poll(ctx, 200*time.Millisecond, srv.ID+" a caught-up voter", func() (bool, string) {
 		if exited, err := srv.Exit(); exited {

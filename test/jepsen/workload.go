@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"syscall"
 	"time"
@@ -52,7 +51,10 @@ func (ps PoolSet) Values(pool string) []string {
 // node bound to it that only read, and the bursts of reads the nemesis
 // asks for. Every attempt is recorded in the history.
 type Workload struct {
-	Addrs   []string // the nodes' HTTP addresses
+	Addrs []string // the nodes' API URLs
+	// Sec dials the nodes and gives the tokens: the clients that write
+	// send the write token, the readers and the bursts the read token.
+	Sec     *Security
 	Pools   PoolSet
 	Clients int // clients that pick a node per operation
 	// Readers is the number of read-only clients bound to each node, as
@@ -114,7 +116,7 @@ func (w *Workload) Burst(node, n int, rng *rand.Rand) {
 	first := w.Clients + w.Readers*len(w.Addrs) + w.bursts
 	w.bursts += n
 	w.mu.Unlock()
-	c := client.New(w.Addrs[node], &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
+	c := w.Sec.Client(w.Addrs[node], 0, w.Sec.Read)
 	for i := 0; i < n; i++ {
 		op := checker.Op{Client: first + i, Kind: "list", Pool: w.Pools.IPPool}
 		if i%2 == 1 {
@@ -177,11 +179,14 @@ func (s *session) pick() int {
 // client runs one client; sticky >= 0 makes it a reader bound to that node.
 func (w *Workload) client(ctx context.Context, id, sticky int) {
 	s := &session{id: id, sticky: sticky, rng: rand.New(rand.NewPCG(w.Seed, uint64(1000+id)))}
+	token := w.Sec.Write
+	if sticky >= 0 {
+		token = w.Sec.Read
+	}
 	for _, a := range w.Addrs {
-		// No keep-alive: a refused connection then means the request was
-		// never sent (a definite failure), and net/http never replays a
-		// keyed request on a new connection behind our back.
-		s.nodes = append(s.nodes, client.New(a, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}))
+		// No keep-alive (Security.Transport): a refused connection then
+		// means the request was never sent (a definite failure).
+		s.nodes = append(s.nodes, w.Sec.Client(a, 0, token))
 		s.shun = append(s.shun, time.Time{})
 	}
 	for ctx.Err() == nil {
