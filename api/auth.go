@@ -32,8 +32,12 @@ type authRule struct {
 // a GET, admin otherwise (the most restrictive), so a path added later
 // without a rule is never open by accident.
 var authRules = []authRule{
-	{"*", "/healthz", 0, true}, // liveness and readiness probes carry no credentials
-	{"*", "/readyz", 0, true},
+	// Liveness and readiness probes carry no credentials. GET and HEAD
+	// only: the router does not clean a CONNECT's path, so an open rule
+	// for any method would let "CONNECT /v1/../healthz" past the guard to
+	// whatever the router makes of it.
+	{"GET", "/healthz", 0, true},
+	{"GET", "/readyz", 0, true},
 	{"*", "/debug/pprof/...", RoleAdmin, false}, // heap contents and goroutine stacks
 	{"GET", "/v1/snapshot", RoleAdmin, false},   // the whole state
 	{"GET", "/...", RoleRead, false},            // every other read, /metrics, /openapi.yaml and /ui/ included

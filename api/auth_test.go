@@ -266,7 +266,9 @@ func TestRequiredRole(t *testing.T) {
 		{"HEAD", "/v1/pools", api.RoleRead},
 		{"HEAD", "/v1/snapshot", api.RoleAdmin},
 		{"HEAD", "/healthz", open},
-		{"POST", "/healthz", open},
+		{"POST", "/healthz", api.RoleAdmin}, // only GET and HEAD are open
+		{"CONNECT", "/v1/../healthz", api.RoleAdmin},
+		{"TRACE", "/readyz", api.RoleAdmin},
 		{"GET", "/readyz?verbose=1", api.RoleRead}, // RequiredRole takes a path, not a request target
 		{"GET", "/healthz/", api.RoleRead},
 		{"GET", "/v1/services", api.RoleRead},

@@ -129,8 +129,11 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.loadClusterID(); err != nil {
 		return err
 	}
+	// Raft's port opens once Raft runs (at once with state; without it,
+	// when takePart decides), so raftPeerAllowed always has n.raft.
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
-		DialRPC: cfg.DialRPC, RaftClosed: !disk.hasState, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS})
+		DialRPC: cfg.DialRPC, RaftClosed: true, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
+		AllowRaftPeer: n.raftPeerAllowed})
 	if err != nil {
 		return fmt.Errorf("raft address: %w", err)
 	}
@@ -166,7 +169,9 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.leaderLoop)
 	n.goFunc(n.promoteLoop)
 	n.goFunc(n.followLoop)
-	if !disk.hasState {
+	if disk.hasState {
+		n.mux.OpenRaft()
+	} else {
 		n.starting.Store(true)
 		if err := n.takePart(ctx); err != nil {
 			return err
@@ -176,6 +181,29 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
 	return nil
+}
+
+// raftPeerAllowed tells the transport whether the node id (named by its
+// TLS certificate) may speak Raft to this one: only a member of this
+// node's latest configuration may, so a certificate of the cluster's CA
+// that names no member cannot append entries or ask for votes. A node
+// with no configuration yet is being joined: the leader adding it is the
+// first to dial, and its entries bring the configuration.
+func (n *Node) raftPeerAllowed(id string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return true
+	}
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // openStores opens the Raft log and stable store (raft-boltdb with fsync

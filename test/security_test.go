@@ -2,10 +2,12 @@ package test
 
 import (
 	"net/rpc"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/certs"
 	"github.com/rangealloc/rangealloc/certs/certstest"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -131,4 +133,72 @@ func TestForwardingNeedsMembership(t *testing.T) {
 	assert.Equal(t, before.Members, after.Members, "membership unchanged")
 	_, err = l.Node.Get(ctx, node.Linearizable, "ip", "10.96.0.41")
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "the forged allocation was not committed")
+}
+
+// TestRaftPortNeedsMembership: over TLS, a node whose certificate is of
+// the cluster's CA but names no member cannot speak Raft to a follower: a
+// well-formed AppendEntries (a higher term, the follower's last entry as
+// the previous one, a forged allocation committed at once) is closed with
+// its connection, and the follower neither applies it nor moves its term.
+// A member that is removed can open none either.
+func TestRaftPortNeedsMembership(t *testing.T) {
+	b := certstest.New(t, "n0", "n1", "n2", "n9")
+	c := tlsCluster(t, b)
+	l := waitPools(t, c)
+	f := follower(c, l)
+	ctx := ctxT(t, 30*time.Second)
+	_, err := l.Node.Allocate(ctx, "ip", "10.96.0.50", "honest", 0, "")
+	require.NoError(t, err)
+
+	forge := func(as string) error {
+		tc, _ := tlsFiles(t, b, as)
+		m, err := transport.Listen("127.0.0.1:0", nil, transport.Options{HandshakeTimeout: 2 * time.Second,
+			ClusterID: func() string { return l.Node.ClusterID() }, ServerTLS: tc.ServerTLS, ClientTLS: tc.ClientTLS})
+		require.NoError(t, err)
+		defer m.Close()
+		trans := transport.NewTCPTransport(m.Raft(), hclog.NewNullLogger())
+		defer trans.Close()
+		st := f.Node.Stats()
+		last, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
+		lastTerm, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
+		term, _ := strconv.ParseUint(st["term"], 10, 64)
+		entry := fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "forged-" + as,
+			Ops: []fsm.Op{{Kind: fsm.OpAllocate, Pool: "ip", Value: "10.96.0.66", Owner: "forged-by-" + as}}}})
+		req := &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(as),
+				Addr: trans.EncodePeer(raft.ServerID(as), raft.ServerAddress(m.Addr().String()))},
+			Term: term + 100, PrevLogEntry: last, PrevLogTerm: lastTerm, LeaderCommitIndex: last + 1,
+			Entries: []*raft.Log{{Index: last + 1, Term: term + 100, Type: raft.LogCommand, Data: entry}},
+		}
+		var resp raft.AppendEntriesResponse
+		return trans.AppendEntries(raft.ServerID(f.ID), raft.ServerAddress(f.Addr), req, &resp)
+	}
+	termOf := func() string { return f.Node.Stats()["term"] }
+	before := termOf()
+	require.Error(t, forge("n9"), "a non-member's Raft connection is closed")
+	time.Sleep(300 * time.Millisecond)
+	_, err = f.Node.LocalState().Get("ip", "10.96.0.66")
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "nothing forged applied")
+	assert.Equal(t, before, termOf(), "the follower's term did not move")
+	_, err = l.Node.Allocate(ctx, "ip", "10.96.0.51", "after", 0, "")
+	require.NoError(t, err, "the cluster goes on")
+
+	var gone *cluster.Member
+	for _, m := range c.Live() {
+		if m != l && m != f {
+			gone = m
+		}
+	}
+	require.NoError(t, l.Node.RemoveMember(ctx, gone.ID))
+	c.Kill(gone.Index)
+	require.Eventually(t, func() bool {
+		st, err := f.Node.Cluster()
+		return err == nil && len(st.Members) == 2
+	}, 10*time.Second, 20*time.Millisecond, "the follower learns of the removal")
+	before = termOf()
+	require.Error(t, forge(gone.ID), "a removed member's certificate opens no Raft connection")
+	time.Sleep(300 * time.Millisecond)
+	_, err = f.Node.LocalState().Get("ip", "10.96.0.66")
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated})
+	assert.Equal(t, before, termOf())
 }

@@ -50,6 +50,7 @@ type Mux struct {
 	dialRPC   func(addr string, timeout time.Duration) (net.Conn, error)
 	serverTLS *tls.Config // nil: plaintext
 	clientTLS *tls.Config
+	allowRaft func(id string) bool
 	raftOpen  atomic.Bool
 	raft      *logical
 	rpc       *logical
@@ -91,7 +92,18 @@ type Options struct {
 	// the cluster-ID handshake travel inside the TLS session. Nil: plain
 	// TCP.
 	ServerTLS, ClientTLS *tls.Config
+	// AllowRaftPeer, over TLS, decides whether the node a Raft
+	// connection's certificate names (its CN) may speak Raft here: asked
+	// when the connection is accepted, and again at most every
+	// RaftPeerRecheck while it is read; false closes it. Nil: any node
+	// of the CA.
+	AllowRaftPeer func(id string) bool
 }
+
+// RaftPeerRecheck is how often an accepted Raft connection's peer is asked
+// about again (Options.AllowRaftPeer), so a member removed from the
+// configuration loses the connections it had.
+const RaftPeerRecheck = time.Second
 
 // Listen listens for TCP on bindAddr. advertise is the address other nodes
 // dial to reach this one: nil means the listener's own address, and a
@@ -135,6 +147,7 @@ func Listen(bindAddr string, advertise net.Addr, opts Options) (*Mux, error) {
 		dialRPC:   opts.DialRPC,
 		serverTLS: opts.ServerTLS,
 		clientTLS: opts.ClientTLS,
+		allowRaft: opts.AllowRaftPeer,
 		closed:    make(chan struct{}),
 		naming:    map[net.Conn]struct{}{},
 	}
@@ -265,6 +278,16 @@ func (m *Mux) route(raw net.Conn) {
 	if err != nil {
 		m.reject(conn, err)
 		return
+	}
+	if l == m.raft && m.serverTLS != nil && m.allowRaft != nil {
+		id, _ := PeerID(conn)
+		if !m.allowRaft(id) {
+			m.logger.Warn("closing a Raft connection from a node that is not a member of the configuration",
+				"remote", conn.RemoteAddr(), "peer", id)
+			_ = conn.Close()
+			return
+		}
+		conn = &memberConn{Conn: conn, id: id, allow: m.allowRaft, logger: m.logger, checked: time.Now()}
 	}
 	select {
 	case l.ch <- conn:

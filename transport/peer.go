@@ -2,7 +2,11 @@ package transport
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // PeerID returns the Common Name of the certificate the peer of an
@@ -20,4 +24,30 @@ func PeerID(conn net.Conn) (id string, secure bool) {
 		return "", true
 	}
 	return cs.VerifiedChains[0][0].Subject.CommonName, true
+}
+
+// memberConn is an accepted Raft connection whose peer is asked again,
+// at most every RaftPeerRecheck, whether it may still speak Raft here: a
+// member removed from the configuration keeps no connection through which
+// it could append entries or win votes. Raft reads a connection from one
+// goroutine, so checked needs no lock.
+type memberConn struct {
+	net.Conn
+	id      string
+	allow   func(id string) bool
+	logger  hclog.Logger
+	checked time.Time
+}
+
+func (c *memberConn) Read(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(c.checked) >= RaftPeerRecheck {
+		c.checked = now
+		if !c.allow(c.id) {
+			c.logger.Warn("closing a Raft connection: its node is no longer a member of the configuration",
+				"remote", c.RemoteAddr(), "peer", c.id)
+			_ = c.Conn.Close()
+			return 0, fmt.Errorf("transport: %s is not a member: %w", c.id, net.ErrClosed)
+		}
+	}
+	return c.Conn.Read(p)
 }

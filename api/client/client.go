@@ -28,7 +28,9 @@ type Client struct {
 // New returns a client of the node at addr ("http://127.0.0.1:7080",
 // "https://10.0.0.1:7080", or "127.0.0.1:7080" for plain HTTP). hc nil: a
 // client with a 30 s timeout. For HTTPS with the cluster's own CA, give hc
-// a Transport whose TLSClientConfig trusts it (certs.Files.ClientConfig).
+// a Transport that trusts it: TLSClientConfig from
+// certs.Files.StaticClientConfig, or a DialTLSContext that dials with
+// certs.ForHost(files.ClientConfig(), addr), which follows CA changes.
 func New(addr string, hc *http.Client) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr

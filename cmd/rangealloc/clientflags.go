@@ -28,7 +28,7 @@ func (g *globals) register(fl *pflag.FlagSet) {
 	fl.StringVar(&g.cacert, "cacert", "", "CA (PEM) to trust for https:// addresses (default: the system's roots)")
 	fl.StringVar(&g.cert, "cert", "", "client certificate (PEM), for a node with --api-client-ca")
 	fl.StringVar(&g.key, "key", "", "the key of --cert (PEM)")
-	fl.StringVar(&g.token, "token", "", "API token, sent as a bearer token (env RANGEALLOC_TOKEN; rangealloc token create)")
+	fl.StringVar(&g.token, "token", "", "API token, sent as a bearer token (rangealloc token create); prefer env RANGEALLOC_TOKEN, as a command line is visible to other local users")
 }
 
 // httpClient returns an HTTP client for the API with the TLS flags, or

@@ -101,6 +101,7 @@ func (s *securityFlags) check(httpAddr, raftAddr string) (open []string, err err
 // that follow their files, and the token file.
 type security struct {
 	nodeServer, nodeClient *tls.Config // nil: plain TCP between nodes
+	nodeID                 string      // the CN of --tls-cert: the ID other nodes know this one by
 	api                    *tls.Config // nil: plain HTTP
 	tokens                 *api.Tokens // nil: no authentication
 	stop                   chan struct{}
@@ -116,6 +117,9 @@ func (s *securityFlags) load(logger hclog.Logger) (*security, error) {
 		f, err := certs.Load(certs.Paths{Cert: s.tlsCert, Key: s.tlsKey, CA: s.tlsCA}, logger.Named("tls"))
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
+		}
+		if leaf := f.Leaf(); leaf != nil {
+			sec.nodeID = leaf.Subject.CommonName
 		}
 		if sec.nodeServer, err = f.ServerConfig(true); err != nil {
 			return nil, err
@@ -150,6 +154,24 @@ func (s *securityFlags) load(logger hclog.Logger) (*security, error) {
 }
 
 func (sec *security) close() { close(sec.stop) }
+
+// id returns the node ID to run with: over TLS, the one the certificate
+// names, as other nodes know a node by it (a member's forwarded calls and
+// Raft messages are taken only from the certificate of its ID). --id, if
+// given, must agree.
+func (sec *security) id(flag string) (string, error) {
+	switch {
+	case sec.nodeID == "":
+		return flag, nil
+	case flag == "":
+		return sec.nodeID, nil
+	case flag != sec.nodeID:
+		return "", fmt.Errorf("refusing to start: --id is %q, but the certificate of --tls-cert names %q (its CN): "+
+			"other nodes know a node by its certificate, and would refuse this one's Raft messages and forwarded calls. "+
+			"Give the node's own certificate (rangealloc certs init --node %s=HOST), or --id %s", flag, sec.nodeID, flag, sec.nodeID)
+	}
+	return flag, nil
+}
 
 // scheme is the API's URL scheme.
 func (sec *security) scheme() string {

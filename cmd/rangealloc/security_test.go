@@ -50,3 +50,20 @@ func TestSecurityCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurityID: over TLS a node runs as the ID its certificate names.
+func TestSecurityID(t *testing.T) {
+	tls := &security{nodeID: "n1"}
+	id, err := tls.id("")
+	require.NoError(t, err)
+	assert.Equal(t, "n1", id, "no --id: the certificate's CN")
+	id, err = tls.id("n1")
+	require.NoError(t, err)
+	assert.Equal(t, "n1", id)
+	_, err = tls.id("n2")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--id is "n2", but the certificate of --tls-cert names "n1"`)
+	id, err = (&security{}).id("")
+	require.NoError(t, err)
+	assert.Equal(t, "", id, "without TLS the node keeps or draws its own")
+}

@@ -86,7 +86,7 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.id, "id", "", "node ID (default: a UUID generated once and kept in the data dir)")
+	fl.StringVar(&f.id, "id", "", "node ID (default: with --tls-cert its CN, else a UUID generated once and kept in the data dir)")
 	fl.StringVar(&f.dataDir, "data-dir", "./data", "directory for the Raft log, snapshots and node ID")
 	fl.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:7080", "address to serve the HTTP API on")
 	fl.StringVar(&f.raftAddr, "raft-addr", "127.0.0.1:7081", "address for Raft and forwarded calls")
@@ -210,7 +210,11 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	defer stop()
 
 	cfg := f.tuning
-	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = f.id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
+	id, err := sec.id(f.id)
+	if err != nil {
+		return err
+	}
+	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
 	if f.join != "" {

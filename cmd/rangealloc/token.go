@@ -44,8 +44,8 @@ client.`,
   rangealloc token create --role write --name kube-apiserver > kube-apiserver.token
   sed -n 2p kube-apiserver.token >> /etc/rangealloc/tokens
 
-  # then pass the token (the first line) to clients, by flag or environment
-  rangealloc --token "$(head -n 1 kube-apiserver.token)" pools
+  # then give the token (the first line) to clients, through the environment
+  # rather than --token: a command line is visible to every local user
   RANGEALLOC_TOKEN=$(head -n 1 kube-apiserver.token) rangealloc pools`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
