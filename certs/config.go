@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -123,6 +124,17 @@ func ForHost(cfg *tls.Config, host string) *tls.Config {
 		}
 	}
 	return c
+}
+
+// DialTLS returns a dialer for http.Transport.DialTLSContext that dials
+// each address with ForHost(cfg, addr): the server's certificate is
+// checked against the host dialed, an IP address too, with the material
+// current at each handshake.
+func DialTLS(cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := tls.Dialer{Config: ForHost(cfg, addr)}
+		return d.DialContext(ctx, network, addr)
+	}
 }
 
 // forHostMark prefixes the host that ForHost hands to the check it wraps,

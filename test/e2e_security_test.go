@@ -2,9 +2,7 @@ package test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,11 +47,7 @@ func newSecureProcs(t *testing.T) *secureProcs {
 	require.NoError(t, err)
 	cfg, err := f.ClientConfig()
 	require.NoError(t, err)
-	s.hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := tls.Dialer{Config: certs.ForHost(cfg, addr)}
-			return d.DialContext(ctx, network, addr)
-		}}}
+	s.hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialTLSContext: certs.DialTLS(cfg)}}
 	dir := t.TempDir()
 	var peers []string
 	for i := 1; i <= 3; i++ {
@@ -274,20 +268,13 @@ func TestE2EAPIClientCertificates(t *testing.T) {
 		_, _, code := rangealloc(t, addr, "pools", "--cacert", b.CA, "--cert", ops.Cert, "--key", ops.Key, "--token", tok)
 		return code == 0
 	}, 30*time.Second, 200*time.Millisecond, "served with a client certificate")
+	f, err := certs.Load(certs.Paths{CA: b.CA}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	cfg, err := f.ClientConfig()
+	require.NoError(t, err)
+	noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialTLSContext: certs.DialTLS(cfg)}}
 	for _, path := range []string{"/healthz", "/v1/pools"} {
-		_, err := (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-			DialTLSContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-				f, err := certs.Load(certs.Paths{CA: b.CA}, hclog.NewNullLogger())
-				if err != nil {
-					return nil, err
-				}
-				cfg, err := f.ClientConfig()
-				if err != nil {
-					return nil, err
-				}
-				d := tls.Dialer{Config: certs.ForHost(cfg, a)}
-				return d.DialContext(ctx, network, a)
-			}}}).Get(addr + path)
+		_, err := noCert.Get(addr + path)
 		require.Error(t, err, "%s without a client certificate", path)
 	}
 	_, errOut, code := rangealloc(t, addr, "pools", "--cacert", b.CA, "--token", tok)

@@ -29,8 +29,8 @@ type Client struct {
 // "https://10.0.0.1:7080", or "127.0.0.1:7080" for plain HTTP). hc nil: a
 // client with a 30 s timeout. For HTTPS with the cluster's own CA, give hc
 // a Transport that trusts it: TLSClientConfig from
-// certs.Files.StaticClientConfig, or a DialTLSContext that dials with
-// certs.ForHost(files.ClientConfig(), addr), which follows CA changes.
+// certs.Files.StaticClientConfig, or DialTLSContext
+// certs.DialTLS(files.ClientConfig()), which follows CA changes.
 func New(addr string, hc *http.Client) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr

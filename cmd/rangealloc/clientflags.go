@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -55,10 +52,7 @@ func (g *globals) httpClient(timeout time.Duration, maxIdle int, fallback certs.
 		}
 		// Each connection checks the server's certificate against the
 		// host it dials, an IP address too (certs.ForHost).
-		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := tls.Dialer{Config: certs.ForHost(cfg, addr)}
-			return d.DialContext(ctx, network, addr)
-		}
+		tr.DialTLSContext = certs.DialTLS(cfg)
 	}
 	return &http.Client{Timeout: timeout, Transport: tr}, nil
 }

@@ -1,10 +1,8 @@
 package jepsen
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,11 +161,7 @@ func (s *Security) JoinEnv() []string {
 func (s *Security) Transport() *http.Transport {
 	tr := &http.Transport{DisableKeepAlives: true}
 	if !s.Insecure {
-		cfg := s.tls
-		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := tls.Dialer{Config: certs.ForHost(cfg, addr)}
-			return d.DialContext(ctx, network, addr)
-		}
+		tr.DialTLSContext = certs.DialTLS(s.tls)
 	}
 	return tr
 }
