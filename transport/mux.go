@@ -88,9 +88,8 @@ type Options struct {
 	// from its first byte: accepted connections handshake with ServerTLS
 	// (which should require a client certificate), dials with ClientTLS
 	// checking the server's certificate against the dialed host
-	// (certs.ForHost). The protocol byte and
-	// the cluster-ID handshake travel inside the TLS session. Nil: plain
-	// TCP.
+	// (certs.ForHost). The protocol byte and the cluster-ID handshake
+	// travel inside the TLS session. Nil: plain TCP.
 	ServerTLS, ClientTLS *tls.Config
 	// AllowRaftPeer, over TLS, decides whether the node a Raft
 	// connection's certificate names (its CN) may speak Raft here: asked
