@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
 )
@@ -29,8 +30,8 @@ const (
 	MaxBody        = 1 << 20 // JSON bodies
 	MaxRestoreBody = 1 << 30 // backups given to /v1/snapshot/restore
 	MaxKeyLen      = 128     // Idempotency-Key
-	DefaultLimit   = 1000
-	MaxLimit       = 10000
+	DefaultLimit   = types.DefaultLimit
+	MaxLimit       = types.MaxLimit
 )
 
 // RestoreReadTimeout is how long a restore may take to upload its body
@@ -58,7 +59,9 @@ type Store interface {
 	TransferLeadership(ctx context.Context, id string) error
 	Backup(ctx context.Context, w io.Writer) error
 	Restore(ctx context.Context, r io.Reader) error
-	LocalState() *fsm.FSM
+	// AppliedIndex is the index a stale read reflects
+	// (X-Rangealloc-Applied-Index).
+	AppliedIndex() uint64
 }
 
 var _ Store = (*node.Node)(nil)
@@ -282,7 +285,7 @@ func idempotencyKey(r *http.Request) (string, error) {
 func consistency(w http.ResponseWriter, r *http.Request, s Store) (node.Consistency, error) {
 	c, err := node.ParseConsistency(r.URL.Query().Get("consistency"))
 	if err == nil && c == node.Stale {
-		w.Header().Set("X-Rangealloc-Applied-Index", strconv.FormatUint(s.LocalState().AppliedIndex(), 10))
+		w.Header().Set("X-Rangealloc-Applied-Index", strconv.FormatUint(s.AppliedIndex(), 10))
 	}
 	return c, err
 }

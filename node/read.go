@@ -264,3 +264,7 @@ func (n *Node) RangeAllocation(ctx context.Context, c Consistency, pool string) 
 // LocalState gives direct, read-only access to this node's state machine,
 // for tests and diagnostics: what it returns may be stale.
 func (n *Node) LocalState() *fsm.FSM { return n.fsm }
+
+// AppliedIndex returns the index of the last log entry this node's state
+// machine applied: what a stale read reflects.
+func (n *Node) AppliedIndex() uint64 { return n.fsm.AppliedIndex() }

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/api/types"
 )
 
 // Client talks to one node.
@@ -106,7 +106,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 		return meta, err
 	}
 	if resp.StatusCode >= 400 {
-		var eb api.ErrorBody
+		var eb types.ErrorBody
 		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
 			return meta, &Error{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(data)), ServedBy: meta.ServedBy}
 		}
@@ -154,22 +154,22 @@ func poolPath(name string, rest ...string) string {
 }
 
 // Pools lists every pool.
-func (c *Client) Pools(ctx context.Context, o Options) ([]api.Pool, error) {
-	var out api.PoolList
+func (c *Client) Pools(ctx context.Context, o Options) ([]types.Pool, error) {
+	var out types.PoolList
 	_, err := c.do(ctx, http.MethodGet, "/v1/pools", o.query(), nil, nil, &out)
 	return out.Pools, err
 }
 
 // Pool returns one pool.
-func (c *Client) Pool(ctx context.Context, name string, o Options) (api.Pool, error) {
-	var out api.Pool
+func (c *Client) Pool(ctx context.Context, name string, o Options) (types.Pool, error) {
+	var out types.Pool
 	_, err := c.do(ctx, http.MethodGet, poolPath(name), o.query(), nil, nil, &out)
 	return out, err
 }
 
 // CreatePool creates a pool; created is false when an identical one existed.
-func (c *Client) CreatePool(ctx context.Context, name, rng string, o Options) (p api.Pool, created bool, err error) {
-	meta, err := c.do(ctx, http.MethodPut, poolPath(name), nil, o.header(), jsonBody(api.CreatePoolRequest{Range: rng}), &p)
+func (c *Client) CreatePool(ctx context.Context, name, rng string, o Options) (p types.Pool, created bool, err error) {
+	meta, err := c.do(ctx, http.MethodPut, poolPath(name), nil, o.header(), jsonBody(types.CreatePoolRequest{Range: rng}), &p)
 	return p, meta.Status == http.StatusCreated, err
 }
 
@@ -180,37 +180,37 @@ func (c *Client) DeletePool(ctx context.Context, name string, o Options) error {
 }
 
 // RangeAllocation returns a pool as Kubernetes' RangeAllocation.
-func (c *Client) RangeAllocation(ctx context.Context, name string, o Options) (api.RangeAllocation, error) {
-	var out api.RangeAllocation
+func (c *Client) RangeAllocation(ctx context.Context, name string, o Options) (types.RangeAllocation, error) {
+	var out types.RangeAllocation
 	_, err := c.do(ctx, http.MethodGet, poolPath(name, "rangeallocation"), o.query(), nil, nil, &out)
 	return out, err
 }
 
 // Allocate takes value (or a dynamic value when value is "").
-func (c *Client) Allocate(ctx context.Context, pool, value, owner string, o Options) (api.Allocation, Meta, error) {
-	var out api.Allocation
+func (c *Client) Allocate(ctx context.Context, pool, value, owner string, o Options) (types.Allocation, Meta, error) {
+	var out types.Allocation
 	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
-		jsonBody(api.AllocateRequest{Value: value, Owner: owner}), &out)
+		jsonBody(types.AllocateRequest{Value: value, Owner: owner}), &out)
 	return out, meta, err
 }
 
 // AllocateCount takes count dynamic values in one request.
-func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count int, o Options) ([]api.Allocation, Meta, error) {
-	var out api.AllocationList
+func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count int, o Options) ([]types.Allocation, Meta, error) {
+	var out types.AllocationList
 	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
-		jsonBody(api.AllocateRequest{Owner: owner, Count: &count}), &out)
+		jsonBody(types.AllocateRequest{Owner: owner, Count: &count}), &out)
 	return out.Allocations, meta, err
 }
 
 // Get returns the allocation of a value.
-func (c *Client) Get(ctx context.Context, pool, value string, o Options) (api.Allocation, Meta, error) {
-	var out api.Allocation
+func (c *Client) Get(ctx context.Context, pool, value string, o Options) (types.Allocation, Meta, error) {
+	var out types.Allocation
 	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations", value), o.query(), nil, nil, &out)
 	return out, meta, err
 }
 
 // List returns a page of a pool's allocations; next is "" on the last page.
-func (c *Client) List(ctx context.Context, pool, owner, after string, limit int, o Options) ([]api.Allocation, string, error) {
+func (c *Client) List(ctx context.Context, pool, owner, after string, limit int, o Options) ([]types.Allocation, string, error) {
 	page, _, err := c.ListPage(ctx, pool, owner, after, limit, o)
 	next := ""
 	if page.Next != nil {
@@ -221,7 +221,7 @@ func (c *Client) List(ctx context.Context, pool, owner, after string, limit int,
 
 // ListPage is List with the whole answer and its metadata (which node
 // served it).
-func (c *Client) ListPage(ctx context.Context, pool, owner, after string, limit int, o Options) (api.AllocationList, Meta, error) {
+func (c *Client) ListPage(ctx context.Context, pool, owner, after string, limit int, o Options) (types.AllocationList, Meta, error) {
 	q := o.query()
 	if owner != "" {
 		q.Set("owner", owner)
@@ -232,17 +232,17 @@ func (c *Client) ListPage(ctx context.Context, pool, owner, after string, limit 
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out api.AllocationList
+	var out types.AllocationList
 	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations"), q, nil, nil, &out)
 	return out, meta, err
 }
 
 // ListAll pages through every allocation of a pool.
-func (c *Client) ListAll(ctx context.Context, pool, owner string, o Options) ([]api.Allocation, error) {
-	var all []api.Allocation
+func (c *Client) ListAll(ctx context.Context, pool, owner string, o Options) ([]types.Allocation, error) {
+	var all []types.Allocation
 	after := ""
 	for {
-		page, next, err := c.List(ctx, pool, owner, after, api.MaxLimit, o)
+		page, next, err := c.List(ctx, pool, owner, after, types.MaxLimit, o)
 		if err != nil {
 			return nil, err
 		}
@@ -264,22 +264,22 @@ func (c *Client) Release(ctx context.Context, pool, value, owner string, o Optio
 }
 
 // Txn applies operations all or nothing.
-func (c *Client) Txn(ctx context.Context, ops []api.TxnOp, o Options) ([]api.Allocation, error) {
-	var out api.TxnResults
-	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), jsonBody(api.TxnRequest{Ops: ops}), &out)
+func (c *Client) Txn(ctx context.Context, ops []types.TxnOp, o Options) ([]types.Allocation, error) {
+	var out types.TxnResults
+	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), jsonBody(types.TxnRequest{Ops: ops}), &out)
 	return out.Results, err
 }
 
 // Cluster returns the answering node's view of the cluster.
-func (c *Client) Cluster(ctx context.Context) (api.ClusterStatus, error) {
-	var out api.ClusterStatus
+func (c *Client) Cluster(ctx context.Context) (types.ClusterStatus, error) {
+	var out types.ClusterStatus
 	_, err := c.do(ctx, http.MethodGet, "/v1/cluster", nil, nil, nil, &out)
 	return out, err
 }
 
 // AddMember adds a voter.
-func (c *Client) AddMember(ctx context.Context, m api.MemberRequest) (api.ClusterStatus, error) {
-	var out api.ClusterStatus
+func (c *Client) AddMember(ctx context.Context, m types.MemberRequest) (types.ClusterStatus, error) {
+	var out types.ClusterStatus
 	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/members", nil, nil, jsonBody(m), &out)
 	return out, err
 }
@@ -291,9 +291,9 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 }
 
 // TransferLeadership hands leadership to id ("" for any follower).
-func (c *Client) TransferLeadership(ctx context.Context, id string) (api.ClusterStatus, error) {
-	var out api.ClusterStatus
-	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/leader-transfer", nil, nil, jsonBody(api.TransferRequest{ID: id}), &out)
+func (c *Client) TransferLeadership(ctx context.Context, id string) (types.ClusterStatus, error) {
+	var out types.ClusterStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/leader-transfer", nil, nil, jsonBody(types.TransferRequest{ID: id}), &out)
 	return out, err
 }
 

@@ -1,0 +1,149 @@
+// Package types holds the JSON forms of rangealloc's HTTP API v1: the
+// bodies of requests and answers, and the error body. It imports nothing
+// but the standard library, so a client (api/client) links neither Raft,
+// bbolt nor Prometheus.
+package types
+
+// Limits of list requests.
+const (
+	DefaultLimit = 1000  // allocations per page when limit is not given
+	MaxLimit     = 10000 // the largest limit a list takes
+)
+
+// Pool is the JSON form of a pool (SPEC §5.1).
+type Pool struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Family  string `json:"family,omitempty"`
+	Range   string `json:"range"`
+	First   string `json:"first"`
+	Last    string `json:"last"`
+	Size    int    `json:"size"`
+	Used    int    `json:"used"`
+	Free    int    `json:"free"`
+	Static  Band   `json:"static"`
+	Dynamic Band   `json:"dynamic"`
+}
+
+// Band is the JSON form of one band of a pool.
+type Band struct {
+	First string `json:"first,omitempty"`
+	Last  string `json:"last,omitempty"`
+	Size  int    `json:"size"`
+	Used  int    `json:"used"`
+}
+
+// Allocation is the JSON form of an allocation (SPEC §5.2).
+type Allocation struct {
+	Pool     string `json:"pool"`
+	Value    string `json:"value"`
+	Owner    string `json:"owner"`
+	Band     string `json:"band"`
+	Mode     string `json:"mode"`
+	Revision uint64 `json:"revision"`
+}
+
+// RangeAllocation is Kubernetes' RangeAllocation object for a pool.
+type RangeAllocation struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Metadata   ObjectMetadata `json:"metadata"`
+	Range      string         `json:"range"`
+	Data       []byte         `json:"data"` // base64 in JSON
+}
+
+// ObjectMetadata is the metadata of a RangeAllocation.
+type ObjectMetadata struct {
+	Name string `json:"name"`
+}
+
+// PoolList is the answer of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}
+
+// AllocationList is the answer of a list, a count allocation, or a transaction.
+type AllocationList struct {
+	Allocations []Allocation `json:"allocations"`
+	Next        *string      `json:"next,omitempty"`
+}
+
+// TxnResults is the answer of POST /v1/txn.
+type TxnResults struct {
+	Results []Allocation `json:"results"`
+}
+
+// CreatePoolRequest is the body of PUT /v1/pools/{name}.
+type CreatePoolRequest struct {
+	Range string `json:"range"`
+}
+
+// AllocateRequest is the body of POST /v1/pools/{name}/allocations.
+type AllocateRequest struct {
+	Value string `json:"value,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	Count *int   `json:"count,omitempty"`
+}
+
+// TxnOp is one operation of POST /v1/txn.
+type TxnOp struct {
+	Op    string `json:"op"`
+	Pool  string `json:"pool"`
+	Value string `json:"value,omitempty"`
+	Owner string `json:"owner,omitempty"`
+}
+
+// TxnRequest is the body of POST /v1/txn.
+type TxnRequest struct {
+	Ops []TxnOp `json:"ops"`
+}
+
+// ClusterLeader names the leader in ClusterStatus.
+type ClusterLeader struct {
+	ID      string `json:"id"`
+	APIAddr string `json:"apiAddr"`
+}
+
+// ClusterMember is a member in ClusterStatus.
+type ClusterMember struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	APIAddr  string `json:"apiAddr"`
+	Voter    bool   `json:"voter"`
+	Leader   bool   `json:"leader"`
+}
+
+// ClusterStatus is the answer of GET /v1/cluster; ID is the answering node's.
+type ClusterStatus struct {
+	ID           string          `json:"id"`
+	ClusterID    string          `json:"clusterId"`
+	Leader       ClusterLeader   `json:"leader"`
+	Term         uint64          `json:"term"`
+	CommitIndex  uint64          `json:"commitIndex"`
+	AppliedIndex uint64          `json:"appliedIndex"`
+	Members      []ClusterMember `json:"members"`
+}
+
+// MemberRequest is the body of POST /v1/cluster/members.
+type MemberRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	APIAddr  string `json:"apiAddr"`
+}
+
+// TransferRequest is the optional body of POST /v1/cluster/leader-transfer.
+type TransferRequest struct {
+	ID string `json:"id,omitempty"`
+}
+
+// ErrorBody is every error answer: {"error":{...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a code, Kubernetes' or rangealloc's message, and details.
+type ErrorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
