@@ -265,20 +265,24 @@ func patchAllocatedValues(s, old *Spec) {
 	}
 }
 
-// dropTypeDependent clears the allocated fields a type does not use when
-// they are the stored ones (an update changing type), as kube-apiserver's
-// dropTypeDependentFields does; ExternalName drops them all.
+// dropTypeDependent clears, on an update that changes type, the allocated
+// fields the new type does not use when they still hold the stored values,
+// as kube-apiserver's dropTypeDependentFields does. What is left is
+// validated by validateTypeFields.
 func dropTypeDependent(s, old *Spec) {
-	if s.Type == TypeExternalName {
-		s.ClusterIPs, s.IPFamilies, s.IPFamilyPolicy = nil, nil, ""
-		for i := range s.Ports {
-			s.Ports[i].NodePort = 0
-		}
-		s.HealthCheckNodePort = 0
-		return
-	}
 	if old == nil {
 		return
+	}
+	if s.Type == TypeExternalName && old.Type != TypeExternalName {
+		if slices.Equal(s.ClusterIPs, old.ClusterIPs) {
+			s.ClusterIPs = nil
+		}
+		if slices.Equal(s.IPFamilies, old.IPFamilies) {
+			s.IPFamilies = nil
+		}
+		if s.IPFamilyPolicy == old.IPFamilyPolicy {
+			s.IPFamilyPolicy = ""
+		}
 	}
 	if !needsNodePort(s) && needsNodePort(old) {
 		oldPorts := map[int32]bool{}
@@ -296,14 +300,25 @@ func dropTypeDependent(s, old *Spec) {
 	}
 }
 
-// validateTypeFields rejects node ports and health-check ports on types
-// that do not use them.
+// validateTypeFields rejects allocated fields on types that do not use
+// them.
 func validateTypeFields(s *Spec) Errors {
 	var el Errors
-	if s.Type == TypeClusterIP {
+	if s.Type == TypeExternalName {
+		if len(s.ClusterIPs) > 0 {
+			el = append(el, forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
+		}
+		if s.IPFamilyPolicy != "" {
+			el = append(el, forbidden("spec.ipFamilyPolicy", "may not be set for ExternalName services"))
+		}
+		if len(s.IPFamilies) > 0 {
+			el = append(el, forbidden("spec.ipFamilies", "may not be set for ExternalName services"))
+		}
+	}
+	if !needsNodePort(s) {
 		for i, p := range s.Ports {
 			if p.NodePort != 0 {
-				el = append(el, forbidden(fmt.Sprintf("spec.ports[%d].nodePort", i), "may not be used when `type` is 'ClusterIP'"))
+				el = append(el, forbidden(fmt.Sprintf("spec.ports[%d].nodePort", i), fmt.Sprintf("may not be used when `type` is '%s'", s.Type)))
 			}
 		}
 	}
