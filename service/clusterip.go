@@ -64,7 +64,7 @@ func matchingPreferDualStack(s, old *Spec) bool {
 	return old != nil && s.IPFamilyPolicy == PreferDualStack && old.IPFamilyPolicy == PreferDualStack &&
 		old.Type == s.Type && needsClusterIP(s) &&
 		slices.Equal(old.ClusterIPs, s.ClusterIPs) && slices.Equal(old.IPFamilies, s.IPFamilies) &&
-		len(s.ClusterIPs) >= len(s.IPFamilies) // a complete record
+		(headless(s) || len(s.ClusterIPs) == len(s.IPFamilies)) // a well-formed record
 }
 
 func otherFamily(f Family) Family {
