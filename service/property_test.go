@@ -142,3 +142,20 @@ func TestPlanProperties(t *testing.T) {
 		t.Errorf("only %d of 20000 writes accepted; the generator is too hostile to test much", accepted)
 	}
 }
+
+// TestPlanNoPanicOnAnyStored: a stored record that no plan produced (say,
+// written by an older version) must not make PlanWrite or PlanDelete panic:
+// the state machine calls them inside Apply.
+func TestPlanNoPanicOnAnyStored(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	nets := [][]Family{{IPv4}, {IPv6}, {IPv4, IPv6}, {IPv6, IPv4}}
+	for range 20000 {
+		n := network(t, nets[r.IntN(len(nets))]...)
+		st := randomSpec(r)
+		_ = PlanDelete(st)
+		p, err := PlanWrite(n, &st, randomSpec(r))
+		if err == nil {
+			checkInvariants(t, &st, p)
+		}
+	}
+}
