@@ -116,7 +116,13 @@ func TestE2ESecureClusterRefusesAttacks(t *testing.T) {
 	}
 	st, err := s.client(l, api.RoleRead).Cluster(ctx)
 	require.NoError(t, err)
-	before := s.state(t, ctx)
+	// Every node must have applied the writes before the state is taken:
+	// state reads each node's own (stale) view.
+	var before []string
+	require.Eventually(t, func() bool {
+		before = s.state(t, ctx)
+		return strings.Count(before[0], "=honest") == 5 && sameViews(before)
+	}, 10*time.Second, 50*time.Millisecond, "every node applies the honest writes: %v", before)
 
 	other := certstest.New(t, "n1", "x9")
 	for _, who := range []struct {
@@ -280,4 +286,17 @@ func TestE2EAPIClientCertificates(t *testing.T) {
 	_, errOut, code := rangealloc(t, addr, "pools", "--cacert", b.CA, "--token", tok)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "certificate")
+}
+
+// sameViews reports whether every node's line of state, without its node
+// name, is the same.
+func sameViews(lines []string) bool {
+	for _, l := range lines[1:] {
+		_, a, _ := strings.Cut(l, ": ")
+		_, b, _ := strings.Cut(lines[0], ": ")
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
