@@ -344,12 +344,8 @@ func (s *rpcService) member() *wireErr {
 	if !s.secure {
 		return nil // plain TCP: --insecure, or loopback only
 	}
-	if f := s.n.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			if s.peer != "" && string(srv.ID) == s.peer {
-				return nil
-			}
-		}
+	if member, _ := s.n.inConfiguration(s.peer); member {
+		return nil
 	}
 	s.n.logger.Warn("refusing a forwarded call from a node that is not a member", "peer", s.peer)
 	return &wireErr{Domain: &fsm.Error{Code: fsm.CodePermissionDenied, Op: -1, Message: fmt.Sprintf(

@@ -190,20 +190,23 @@ func (n *Node) start(ctx context.Context) error {
 // with no configuration yet is being joined: the leader adding it is the
 // first to dial, and its entries bring the configuration.
 func (n *Node) raftPeerAllowed(id string) bool {
+	member, empty := n.inConfiguration(id)
+	return member || empty
+}
+
+// inConfiguration tells whether id is a server of this node's latest
+// configuration (committed or not), and whether that configuration is
+// empty (a node that has not founded or joined a cluster yet).
+func (n *Node) inConfiguration(id string) (member, empty bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return false
+		return false, false
 	}
 	servers := f.Configuration().Servers
-	if len(servers) == 0 {
-		return true
-	}
 	for _, s := range servers {
-		if string(s.ID) == id {
-			return true
-		}
+		member = member || (id != "" && string(s.ID) == id)
 	}
-	return false
+	return member, len(servers) == 0
 }
 
 // openStores opens the Raft log and stable store (raft-boltdb with fsync

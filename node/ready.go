@@ -90,13 +90,7 @@ func (n *Node) Readiness() Readiness {
 	if addr == "" {
 		return not(ReasonNoLeader, "no leader known")
 	}
-	member := false
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			member = member || s.ID == raft.ServerID(n.id)
-		}
-	}
-	if !member {
+	if member, _ := n.inConfiguration(n.id); !member {
 		return not(ReasonNotAMember, "this node is not in the cluster's configuration")
 	}
 	applied := n.fsm.AppliedIndex()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/rangealloc/rangealloc/certs"
 )
 
 // PeerID returns the Common Name of the certificate the peer of an
@@ -19,11 +20,7 @@ func PeerID(conn net.Conn) (id string, secure bool) {
 	if !ok {
 		return "", false
 	}
-	cs := tc.ConnectionState()
-	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
-		return "", true
-	}
-	return cs.VerifiedChains[0][0].Subject.CommonName, true
+	return certs.PeerID(tc.ConnectionState()), true
 }
 
 // memberConn is an accepted Raft connection whose peer is asked again,

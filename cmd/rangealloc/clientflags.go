@@ -17,6 +17,9 @@ type globals struct {
 	output string
 	// TLS and token of the client commands (and of a server's --join).
 	cacert, cert, key, token string
+	// hc is the client commands' HTTP client, made once the flags are
+	// parsed (newRoot), so a bad TLS file is named before anything is sent.
+	hc *http.Client
 }
 
 func (g *globals) register(fl *pflag.FlagSet) {
@@ -62,13 +65,5 @@ func (g *globals) clientOf(addr string, hc *http.Client) *client.Client {
 	return client.New(addr, hc).WithToken(g.token)
 }
 
-// client returns a client of --addr. The TLS files were checked before
-// the command ran (newRoot), so an error here cannot happen; it would
-// surface as the request's.
-func (g *globals) client() *client.Client {
-	hc, err := g.httpClient(30*time.Second, 2, certs.Paths{})
-	if err != nil {
-		hc = nil
-	}
-	return g.clientOf(g.addr, hc)
-}
+// client returns a client of --addr.
+func (g *globals) client() *client.Client { return g.clientOf(g.addr, g.hc) }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/certs"
@@ -60,7 +61,8 @@ RANGEALLOC_DATA_DIR.`,
 				return fmt.Errorf("--output %q: want table or json", g.output)
 			}
 			if cmd.Name() != "server" {
-				_, err := g.httpClient(0, 0, certs.Paths{}) // reads the TLS files now: a bad one is named here
+				var err error
+				g.hc, err = g.httpClient(30*time.Second, 2, certs.Paths{}) // reads the TLS files now: a bad one is named here
 				return err
 			}
 			return nil
