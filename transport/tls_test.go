@@ -184,3 +184,25 @@ func TestTLSRotation(t *testing.T) {
 	after := serial()
 	assert.NotEqual(t, before, after, "the new certificate is presented")
 }
+
+// TestTLSHandshakeThatStalls: a peer that opens a connection to a TLS port
+// and stops partway through its ClientHello (or sends nothing) is closed at
+// the handshake timeout, and holds nothing of Raft's or the RPC's.
+func TestTLSHandshakeThatStalls(t *testing.T) {
+	noLeak(t)
+	b := certstest.New(t, "n2")
+	a := tlsMux(t, load(t, b.Node["n2"]))
+	raftConns, rpcConns := acceptor(t, a.Raft()), acceptor(t, a.RPC())
+	for _, sent := range [][]byte{nil, {0x16, 0x03, 0x01, 0x02, 0x00}} { // nothing; a record header promising 512 bytes
+		conn, err := net.Dial("tcp", a.Addr().String())
+		require.NoError(t, err)
+		_, err = conn.Write(sent)
+		require.NoError(t, err)
+		start := time.Now()
+		assertClosedByPeer(t, conn)
+		assert.Less(t, time.Since(start), 2500*time.Millisecond, "closed at the 1 s handshake timeout")
+		conn.Close()
+	}
+	assert.Nil(t, next(t, raftConns, 100*time.Millisecond))
+	assert.Nil(t, next(t, rpcConns, 100*time.Millisecond))
+}

@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/api"
+	"github.com/rangealloc/rangealloc/certs"
+	"github.com/rangealloc/rangealloc/certs/certstest"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -249,4 +252,37 @@ func TestRestoreOutlivesReadTimeout(t *testing.T) {
 	msg, _ := io.ReadAll(resp.Body)
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", msg)
 	assert.Greater(t, time.Since(start), l.ReadTimeout, "the upload took longer than the read timeout")
+}
+
+// TestTLSHandshakeStallsWithinLimits: over HTTPS, a client that stops
+// partway through its TLS handshake is closed within the header timeout,
+// like one that stalls in its headers, and frees its connection slot.
+func TestTLSHandshakeStallsWithinLimits(t *testing.T) {
+	b := certstest.New(t, "n1")
+	f, err := certs.Load(b.Node["n1"], hclog.NewNullLogger())
+	require.NoError(t, err)
+	sec := &security{}
+	sec.api, err = f.ServerConfig(false)
+	require.NoError(t, err)
+	l := testLimits()
+	ln, err := listenHTTP("127.0.0.1:0", l)
+	require.NoError(t, err)
+	srv := newHTTPServer(okHandler, l)
+	done := make(chan error, 1)
+	go func() { done <- sec.serveAPI(srv, ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, srv.Close())
+		require.ErrorIs(t, <-done, http.ErrServerClosed)
+	})
+	for _, sent := range [][]byte{nil, {0x16, 0x03, 0x01, 0x02, 0x00}} { // nothing; a record header promising 512 bytes
+		c := dialRaw(t, ln.Addr().String())
+		_, err := c.Write(sent)
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = c.status(5 * time.Second)
+		var ne net.Error
+		require.Error(t, err)
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server closes the connection: %v", err)
+		assert.Less(t, time.Since(start), 3*time.Second, "within the header timeout, not the client's patience")
+	}
 }

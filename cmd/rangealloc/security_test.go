@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +69,30 @@ func TestSecurityID(t *testing.T) {
 	id, err = (&security{}).id("")
 	require.NoError(t, err)
 	assert.Equal(t, "", id, "without TLS the node keeps or draws its own")
+}
+
+// TestSecurityLoadNamesTheFile: a missing or bad file stops the start with
+// an error naming the flag and the file.
+func TestSecurityLoadNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad")
+	require.NoError(t, os.WriteFile(bad, []byte("not a token line\n"), 0o600))
+	missing := filepath.Join(dir, "missing.crt")
+	for _, c := range []struct {
+		name  string
+		flags securityFlags
+		want  []string
+	}{
+		{"node certificate missing", securityFlags{tlsCert: missing, tlsKey: missing, tlsCA: missing}, []string{"--tls-cert/--tls-key/--tls-ca", missing}},
+		{"API certificate missing", securityFlags{apiCert: missing, apiKey: missing}, []string{"--api-tls-cert", missing}},
+		{"token file bad", securityFlags{tokenFile: bad}, []string{"--token-file", bad, "line 1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := c.flags.load(hclog.NewNullLogger())
+			require.Error(t, err)
+			for _, w := range c.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
 }
