@@ -147,3 +147,117 @@ type ErrorDetail struct {
 	Message string         `json:"message"`
 	Details map[string]any `json:"details,omitempty"`
 }
+
+// ServicePort is one entry of a Service's ports. NodePort 0 (or absent)
+// means unset.
+type ServicePort struct {
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Port     int32  `json:"port"`
+	NodePort int32  `json:"nodePort,omitempty"`
+}
+
+// Service is the allocation side of a Kubernetes Service: the body of PUT
+// /v1/services/{namespace}/{name} and every answer about a Service. In a
+// PUT body namespace and name may be left out (the path gives them) and
+// revision is ignored.
+type Service struct {
+	Namespace                     string        `json:"namespace,omitempty"`
+	Name                          string        `json:"name,omitempty"`
+	UID                           string        `json:"uid,omitempty"`
+	Type                          string        `json:"type,omitempty"`
+	ClusterIP                     string        `json:"clusterIP,omitempty"`
+	ClusterIPs                    []string      `json:"clusterIPs,omitempty"`
+	IPFamilies                    []string      `json:"ipFamilies,omitempty"`
+	IPFamilyPolicy                string        `json:"ipFamilyPolicy,omitempty"`
+	HasSelector                   *bool         `json:"hasSelector,omitempty"`
+	Ports                         []ServicePort `json:"ports,omitempty"`
+	ExternalTrafficPolicy         string        `json:"externalTrafficPolicy,omitempty"`
+	HealthCheckNodePort           int32         `json:"healthCheckNodePort,omitempty"`
+	AllocateLoadBalancerNodePorts *bool         `json:"allocateLoadBalancerNodePorts,omitempty"`
+	// Revision is the log index of the write that last changed the
+	// Service (for a dry run: the index of the entry that answered).
+	Revision uint64 `json:"revision,omitempty"`
+}
+
+// ServiceList is the answer of GET /v1/services, sorted by namespace and
+// name.
+type ServiceList struct {
+	Services []Service `json:"services"`
+}
+
+// ServiceNetwork is the body and answer of /v1/service-network: the IP
+// families Services get (the first is the primary), the pool of each
+// family, and the node-port pool.
+type ServiceNetwork struct {
+	IPFamilies   []string          `json:"ipFamilies"`
+	Pools        map[string]string `json:"pools"`
+	NodePortPool string            `json:"nodePortPool"`
+}
+
+// Reconcile modes.
+const (
+	ReconcileModeReport = "report"
+	ReconcileModeRepair = "repair"
+)
+
+// ReconcileRequest is the body of POST /v1/reconcile. Fence is a revision
+// the caller read before it listed its Services: no value allocated after
+// it is reported as a leak, or released.
+type ReconcileRequest struct {
+	Fence    uint64    `json:"fence"`
+	Services []Service `json:"services"`
+	Mode     string    `json:"mode,omitempty"` // "report" (default) or "repair"
+}
+
+// Finding types of a reconcile.
+const (
+	FindingLeak       = "leak"
+	FindingMissing    = "missing"
+	FindingDuplicate  = "duplicate"
+	FindingOutOfRange = "outOfRange"
+	FindingMismatch   = "mismatch"
+)
+
+// Finding is one disagreement between the listed Services and the pools.
+type Finding struct {
+	Type  string `json:"type"`
+	Pool  string `json:"pool"`
+	Value string `json:"value"`
+	// Service is the listed Service the finding is about
+	// ("namespace/name"), "" for a leak.
+	Service string `json:"service,omitempty"`
+	// Owner is the value's holder in the pool, when it is held.
+	Owner string `json:"owner,omitempty"`
+	// Reason is Kubernetes' repair reason: ClusterIPNotAllocated,
+	// PortOutOfRange, ...
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// Repaired is true when a repair released or recorded the value.
+	Repaired bool `json:"repaired,omitempty"`
+}
+
+// ReconcileReport is the answer of POST /v1/reconcile.
+type ReconcileReport struct {
+	Mode string `json:"mode"`
+	// Revision is the state the report describes: the applied index it
+	// was computed at, or the index of the repair's entry.
+	Revision uint64    `json:"revision"`
+	Findings []Finding `json:"findings"`
+}
+
+// ImportRequest is the body of POST /v1/import: Services with every value
+// filled in, created in one step, and optionally the RangeAllocation
+// objects of the cluster they come from, whose values no Service names
+// are held by the owner "import".
+type ImportRequest struct {
+	Services         []Service         `json:"services"`
+	RangeAllocations []RangeAllocation `json:"rangeAllocations,omitempty"`
+}
+
+// ImportResult is the answer of POST /v1/import.
+type ImportResult struct {
+	Services int    `json:"services"` // Service records created
+	Values   int    `json:"values"`   // values allocated, for Services and "import"
+	Revision uint64 `json:"revision"` // the log index of the import
+}
