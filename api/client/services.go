@@ -43,14 +43,25 @@ func (c *Client) GetService(ctx context.Context, namespace, name string, o Optio
 
 // ListServices returns the Services of namespace ("" for all), sorted by
 // namespace and name.
-func (c *Client) ListServices(ctx context.Context, namespace string, o Options) ([]types.Service, error) {
+func (c *Client) ListServices(ctx context.Context, namespace string, o Options) (types.ServiceList, error) {
 	q := o.query()
 	if namespace != "" {
 		q.Set("namespace", namespace)
 	}
 	var out types.ServiceList
 	_, err := c.do(ctx, http.MethodGet, "/v1/services", q, nil, nil, &out)
-	return out.Services, err
+	return out, err
+}
+
+// ReleaseForce frees a value even when a Service holds it (?force=true):
+// the Service's record then names a value it no longer holds, which a
+// reconcile reports as missing.
+func (c *Client) ReleaseForce(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
+	q := url.Values{"force": {"true"}}
+	if owner != "" {
+		q.Set("owner", owner)
+	}
+	return c.do(ctx, http.MethodDelete, poolPath(pool, "allocations", value), q, o.header(), nil, nil)
 }
 
 // DeleteService deletes a Service, releasing its values, and returns it.

@@ -184,6 +184,9 @@ type Service struct {
 // name.
 type ServiceList struct {
 	Services []Service `json:"services"`
+	// Revision is the applied log index the list was read at: the fence
+	// of a reconcile of these Services.
+	Revision uint64 `json:"revision"`
 }
 
 // ServiceNetwork is the body and answer of /v1/service-network: the IP
