@@ -38,6 +38,18 @@
 //     an allocation in the history and was not released since.
 //   - CheckAll runs them all.
 //
+// Service writes (KindServiceCreate, KindServiceUpdate, KindServiceDelete,
+// services.go) are judged apart, against the Services and pools read at
+// the end of a run (ServiceState), not by CheckAll:
+//
+//   - CheckServiceState: no value is named by two Services' records,
+//     every value a record names is held by services/<namespace>/<name>,
+//     and no value held by a Service owner is orphaned.
+//   - CheckServiceReplicas: every node has the same records and owners.
+//   - CheckServiceAcks: a Service whose last write was answered (no write
+//     of unknown outcome or overlapping it) is in the final state as that
+//     write left it; retries of a key got the same answer.
+//
 // The checkers other than CheckLinearizable are linear or quadratic in
 // the operations on one value, so they still judge histories too long or
 // too concurrent for porcupine; they are sound (a problem they report is

@@ -54,6 +54,12 @@ const (
 	KindRelease  = "release"
 	KindGet      = "get"
 	KindList     = "list"
+
+	// Service writes (services.go): a PUT the client meant as a create
+	// or as an update (the server decides which it is), and a DELETE.
+	KindServiceCreate = "service-create"
+	KindServiceUpdate = "service-update"
+	KindServiceDelete = "service-delete"
 )
 
 // Error codes the checkers interpret (Op.Err), as the API spells them.
@@ -69,6 +75,8 @@ const (
 	CodeInvalidArgument      = "InvalidArgument"
 	CodePoolNotFound         = "PoolNotFound"
 	CodeIdempotencyKeyReused = "IdempotencyKeyReused" // the key was reused for another request
+	CodeInvalid              = "Invalid"              // a Service write Kubernetes would reject (422)
+	CodeServiceNotFound      = "ServiceNotFound"      // a Service delete of a missing Service (404)
 )
 
 // Op is one attempt of one operation, as a client saw it.
@@ -110,6 +118,18 @@ type Op struct {
 	// a history; the checkers ignore both.
 	Node     string `json:"node,omitempty"`
 	ServedBy string `json:"servedBy,omitempty"`
+
+	// Service is the Service a Service write concerns,
+	// "<namespace>/<name>"; Request the body of its PUT, for replaying
+	// and reading a history (the checkers ignore it).
+	Service string          `json:"service,omitempty"`
+	Request json.RawMessage `json:"request,omitempty"`
+	// Holds is, for an acknowledged Service write, the values the
+	// answered Service names, each "<pool>=<value>" (HoldsValue), sorted
+	// and without repeats: what it holds after a PUT, what a DELETE
+	// released. Revision is the answer's revision.
+	Holds    []string `json:"holds,omitempty"`
+	Revision uint64   `json:"revision,omitempty"`
 }
 
 // History is a recorded run, in any order.

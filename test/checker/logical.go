@@ -29,6 +29,7 @@ type logical struct {
 var domainCodes = map[string]bool{
 	CodeAlreadyAllocated: true, CodeNotAllocated: true, CodeOwnerMismatch: true,
 	CodeRangeFull: true, CodeNotInRange: true, CodeInvalidArgument: true, CodePoolNotFound: true,
+	CodeInvalid: true, CodeServiceNotFound: true,
 }
 
 // answered reports whether an attempt got the state machine's answer.
@@ -91,11 +92,14 @@ func (l *logical) merge() {
 	switch {
 	case ans != nil:
 		l.Outcome, l.Err, l.Result, l.Listed = ans.Outcome, ans.Err, ans.Result, ans.Listed
+		l.Holds, l.Revision = ans.Holds, ans.Revision
 	case unknown:
 		l.Outcome, l.Err, l.Result, l.Return = Unknown, "", "", never
+		l.Holds, l.Revision = nil, 0
 	default:
 		last := l.attempts[len(l.attempts)-1]
 		l.Outcome, l.Err, l.Result = Fail, last.Err, last.Result
+		l.Holds, l.Revision = nil, 0
 	}
 }
 
