@@ -130,6 +130,9 @@ type Op struct {
 	// released. Revision is the answer's revision.
 	Holds    []string `json:"holds,omitempty"`
 	Revision uint64   `json:"revision,omitempty"`
+	// Answer is the body of an acknowledged Service write's answer, for
+	// the client that sent it and for reading a history.
+	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
 // History is a recorded run, in any order.

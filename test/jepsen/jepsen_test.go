@@ -34,11 +34,62 @@ var (
 	flagKeep     = flag.Bool("jepsen.keep", false, "keep the default temp artifacts dir of a passing run")
 	flagBin      = flag.String("jepsen.bin", "", "a prebuilt rangealloc binary (default: build ./cmd/rangealloc without -race)")
 	flagInsecure = flag.Bool("jepsen.insecure", false, "run the servers with plain HTTP and Raft, --insecure and no tokens, instead of mutual TLS, HTTPS and tokens")
+	flagServices = flag.Bool("jepsen.services", false, "run the -jepsen.seed run with the Service workload (creates, updates and deletes of Services) instead of allocations")
+	flagSvcSeeds = flag.String("jepsen.services-seeds", "4", "the fixed seeds run with the Service workload when -jepsen.seed is 0 (empty: none)")
+	flagSvcDur   = flag.Duration("jepsen.services-duration", 15*time.Second, "least length of the nemesis schedule of the fixed Service seeds")
+	flagSvcNem   = flag.String("jepsen.services-nemesis", "isolate-leader,isolate-follower,bridge,kill-leader,kill-all,pause-leader,snapshot-catchup",
+		"faults of the fixed Service seeds (the storage faults and mistaken-join test the allocation runs' storage, not Services)")
 )
 
+// suiteRun is one run of TestJepsen.
+type suiteRun struct {
+	seed     uint64
+	services bool
+	duration time.Duration
+	faults   []Fault
+}
+
+func (r suiteRun) String() string {
+	if r.services {
+		return fmt.Sprintf("services,seed=%d", r.seed)
+	}
+	return fmt.Sprintf("seed=%d", r.seed)
+}
+
+// runs returns the runs the flags ask for: -jepsen.seed's, or else the
+// fixed allocation seeds and the fixed Service seeds.
+func runs(t *testing.T) []suiteRun {
+	faults, err := ParseFaults(*flagNemesis)
+	require.NoError(t, err)
+	if *flagSeed != 0 {
+		return []suiteRun{{seed: *flagSeed, services: *flagServices, duration: *flagDuration, faults: faults}}
+	}
+	svcFaults, err := ParseFaults(*flagSvcNem)
+	require.NoError(t, err, "-jepsen.services-nemesis")
+	var out []suiteRun
+	for _, f := range []struct {
+		list     string
+		services bool
+	}{{*flagSeeds, false}, {*flagSvcSeeds, true}} {
+		for _, field := range strings.Split(f.list, ",") {
+			if strings.TrimSpace(field) == "" {
+				continue
+			}
+			s, err := strconv.ParseUint(strings.TrimSpace(field), 10, 64)
+			require.NoError(t, err, "-jepsen.seeds, -jepsen.services-seeds")
+			r := suiteRun{seed: s, services: f.services, duration: *flagDuration, faults: faults}
+			if f.services {
+				r.duration, r.faults = *flagSvcDur, svcFaults
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // TestJepsen runs the partition suite: one seed given by -jepsen.seed, or
-// else the fixed CI seeds. Without network namespaces it skips, or fails
-// when CI=true.
+// else the fixed CI seeds, the allocation workload's and the Service
+// workload's. Without network namespaces it skips, or fails when CI=true.
 func TestJepsen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("jepsen: skipped in -short mode")
@@ -46,31 +97,23 @@ func TestJepsen(t *testing.T) {
 	if err := Preflight(); err != nil {
 		unavailable(t, err)
 	}
-	faults, err := ParseFaults(*flagNemesis)
-	require.NoError(t, err)
-	seeds := []uint64{*flagSeed}
-	if *flagSeed == 0 {
-		seeds = nil
-		for _, f := range strings.Split(*flagSeeds, ",") {
-			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			require.NoError(t, err, "-jepsen.seeds")
-			seeds = append(seeds, s)
-		}
-	}
+	rs := runs(t)
 	bin := binary(t)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+	for _, r := range rs {
+		seed := r.seed
+		t.Run(r.String(), func(t *testing.T) {
 			dir, keep := *flagArtDir, true
 			if dir == "" {
 				var err error
 				dir, err = os.MkdirTemp("", fmt.Sprintf("rangealloc-jepsen-%d-", seed))
 				require.NoError(t, err)
 				keep = *flagKeep
-			} else if len(seeds) > 1 {
-				dir = filepath.Join(dir, fmt.Sprintf("seed-%d", seed))
+			} else if len(rs) > 1 {
+				dir = filepath.Join(dir, strings.ReplaceAll(strings.ReplaceAll(r.String(), "=", "-"), ",", "-"))
 			}
-			res, err := Run(t, Options{Seed: seed, Duration: *flagDuration, Faults: faults, Clients: *flagClients, Readers: *flagReaders,
-				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir, Insecure: *flagInsecure})
+			res, err := Run(t, Options{Seed: seed, Duration: r.duration, Faults: r.faults, Clients: *flagClients, Readers: *flagReaders,
+				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir,
+				Insecure: *flagInsecure, Services: r.services})
 			if errors.Is(err, ErrNoNetns) {
 				unavailable(t, err)
 			}
@@ -80,7 +123,11 @@ func TestJepsen(t *testing.T) {
 				t.Errorf("%s", p)
 			}
 			if t.Failed() || keep {
-				t.Logf("artifacts in %s (replay: go test ./test/jepsen/ -run TestJepsen -v -jepsen.seed=%d)", dir, seed)
+				replay := fmt.Sprintf("-jepsen.seed=%d", seed)
+				if r.services {
+					replay += fmt.Sprintf(" -jepsen.services -jepsen.duration=%s -jepsen.nemesis=%s", r.duration, *flagSvcNem)
+				}
+				t.Logf("artifacts in %s (replay: go test ./test/jepsen/ -run TestJepsen -v %s)", dir, replay)
 			} else {
 				_ = os.RemoveAll(dir)
 				t.Logf("passed; artifacts removed (-jepsen.keep or -jepsen.artifacts keeps them)")

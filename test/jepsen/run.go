@@ -42,6 +42,11 @@ type Options struct {
 	// --insecure and no tokens, instead of with TLS and tokens
 	// (security.go).
 	Insecure bool
+	// Services runs the Service workload (services.go): the Clients
+	// create, update and delete Services, there are no Readers and no
+	// bursts of reads, and the end state is judged by the Service checks
+	// instead of the allocation checkers.
+	Services bool
 }
 
 // Result sums up a run.
@@ -56,6 +61,8 @@ type Result struct {
 	Damages  []Damage       // what each storage fault did, and what became of the node
 	Joins    []JoinAttempt  // what each mistaken join was answered
 	Evidence Evidence
+	// Services sums up the Service writes of a Service run.
+	Services string
 	Verdicts []string // one line per check, "name: ok" or "name: FAIL ..."
 	Problems []string // every failed check's problems; empty when the run passed
 }
@@ -90,6 +97,9 @@ func (r Result) String() string {
 		if j.Cleanup != "" {
 			fmt.Fprintf(&b, "    %s\n", j.Cleanup)
 		}
+	}
+	if r.Services != "" {
+		fmt.Fprintf(&b, "service writes: %s\n", r.Services)
 	}
 	fmt.Fprintf(&b, "evidence: %s\n", r.Evidence)
 	for _, v := range r.Verdicts {
@@ -133,11 +143,23 @@ func Run(t testing.TB, o Options) (Result, error) {
 		return res, fmt.Errorf("cluster did not come up: %w (logs in %s)", err, o.Artifacts)
 	}
 	nem.Logf("cluster up")
+	if o.Services {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sn, err := c.EnsureServiceNetwork(ctx, pools)
+		cancel()
+		if err != nil {
+			return res, err
+		}
+		nem.Logf("%s", sn)
+	}
 
 	history, nemErr := runUnderNemesis(o, c, nem, plan, pools, now)
 	res.Problems = append(res.Problems, errString(nemErr)...)
 	res.Elapsed = time.Since(start)
 	res.Counts = Counts(history)
+	if o.Services {
+		res.Services = ServiceSummary(history)
+	}
 	res.Faults, res.Kinds, res.Runs = len(nem.Windows()), o.Faults, FaultRuns(nem.Windows())
 	res.Damages, res.Joins = nem.Damages(), nem.Joins()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
@@ -209,9 +231,13 @@ func runUnderNemesis(o Options, c *Cluster, nem *Nemesis, plan []Step, pools Poo
 		addrs = append(addrs, s.API)
 	}
 	w := &Workload{Addrs: addrs, Sec: c.Sec, Pools: pools, Clients: o.Clients, Readers: o.Readers, Seed: o.Seed, OpTimeout: o.OpTimeout,
-		ImpatientTimeout: o.ImpatientTimeout, ReadTimeout: o.ReadTimeout, Now: now}
-	burstRNG := rand.New(rand.NewPCG(o.Seed, 0xb0))
-	nem.BeforeResume = func(node int) { w.Burst(node, burstSize, burstRNG) }
+		ImpatientTimeout: o.ImpatientTimeout, ReadTimeout: o.ReadTimeout, Now: now, Services: o.Services}
+	if o.Services {
+		w.Readers = 0 // the pools' readers would see the Services' values, which the allocation checkers cannot explain
+	} else {
+		burstRNG := rand.New(rand.NewPCG(o.Seed, 0xb0))
+		nem.BeforeResume = func(node int) { w.Burst(node, burstSize, burstRNG) }
+	}
 	mctx, stopMonitor := context.WithCancel(context.Background())
 	wctx, stopClients := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -244,15 +270,21 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var final map[string]map[string]string
+	var services []checker.Report
+	var l int
 	err := c.Converge(ctx)
 	if err == nil {
-		var l int
 		l, _, err = c.WaitLeader(ctx)
 		if err == nil {
 			final, err = c.Final(ctx, l, pools)
 		}
 	}
 	verdict("replicas converge", errString(err))
+	if err == nil && o.Services {
+		var serr error
+		services, serr = checkServices(ctx, c, l, pools, history)
+		verdict("final Services read through every node", errString(serr))
+	}
 	if err == nil {
 		verdict("identical replicas", c.CompareReplicas(ctx, pools))
 	}
@@ -266,9 +298,14 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 	}
 
 	// The checker package's checks, on the history with every list
-	// expanded to gets, so that porcupine judges lists too.
+	// expanded to gets, so that porcupine judges lists too; a Service
+	// run's by the Service checks, on the state read through every node.
 	viz := filepath.Join(o.Artifacts, "history.html")
-	for _, r := range checker.CheckAll(ExpandLists(history, pools), final, o.CheckTimeout, viz) {
+	reports := services
+	if !o.Services {
+		reports = checker.CheckAll(ExpandLists(history, pools), final, o.CheckTimeout, viz)
+	}
+	for _, r := range reports {
 		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
 		if r.Name == "linearizable" && !r.OK {
 			res.Verdicts[len(res.Verdicts)-1] += "; visualisation in " + viz

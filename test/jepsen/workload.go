@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/test/checker"
 )
 
@@ -76,6 +77,10 @@ type Workload struct {
 	// old leader answered from stale state when it resumed.
 	ReadTimeout time.Duration
 	Now         func() int64 // the run's clock, in nanoseconds
+	// Services makes the Clients write Services (services.go) instead of
+	// allocating and releasing: creates, updates and deletes of a few
+	// names, so that they collide.
+	Services bool
 
 	wg      sync.WaitGroup // the clients and the bursts
 	mu      sync.Mutex
@@ -150,6 +155,10 @@ type session struct {
 	shun   []time.Time  // per node: avoid it until then
 	held   []checker.Op // allocations this client was told it holds
 	n      int          // operations issued
+	// svcs is what this client last learnt of each Service it wrote:
+	// the answer of its acknowledged PUT; a Service it deleted or found
+	// missing is not in it.
+	svcs map[string]types.Service
 }
 
 // shunFor is how long a client avoids a node that did not answer, refused
@@ -178,7 +187,7 @@ func (s *session) pick() int {
 
 // client runs one client; sticky >= 0 makes it a reader bound to that node.
 func (w *Workload) client(ctx context.Context, id, sticky int) {
-	s := &session{id: id, sticky: sticky, rng: rand.New(rand.NewPCG(w.Seed, uint64(1000+id)))}
+	s := &session{id: id, sticky: sticky, rng: rand.New(rand.NewPCG(w.Seed, uint64(1000+id))), svcs: map[string]types.Service{}}
 	token := w.Sec.Write
 	if sticky >= 0 {
 		token = w.Sec.Read
@@ -190,7 +199,12 @@ func (w *Workload) client(ctx context.Context, id, sticky int) {
 		s.shun = append(s.shun, time.Time{})
 	}
 	for ctx.Err() == nil {
-		op := w.next(s)
+		var op checker.Op
+		if w.Services && sticky < 0 {
+			op = w.nextService(s)
+		} else {
+			op = w.next(s)
+		}
 		w.perform(ctx, s, op)
 		think := time.Duration(s.rng.IntN(5)) * time.Millisecond
 		if sticky >= 0 {
@@ -238,7 +252,7 @@ func (w *Workload) next(s *session) checker.Op {
 
 // domainFailure holds the codes of answers the state machine decided.
 var domainFailure = map[string]bool{"AlreadyAllocated": true, "RangeFull": true, "NotAllocated": true,
-	"OwnerMismatch": true, "NotInRange": true}
+	"OwnerMismatch": true, "NotInRange": true, checker.CodeInvalid: true, checker.CodeServiceNotFound: true}
 
 // maxAttempts bounds the attempts of one key.
 const maxAttempts = 3
@@ -252,6 +266,7 @@ func (w *Workload) perform(ctx context.Context, s *session, op checker.Op) {
 		node := s.pick()
 		w.attempt(node, s.nodes[node], &op)
 		w.record(op)
+		s.learn(op)
 		switch {
 		case op.Outcome == checker.OK || op.Err == "OwnerMismatch" || op.Err == "NotAllocated":
 			s.update(op) // released, or no longer ours
@@ -299,6 +314,7 @@ func (w *Workload) attempt(node int, c *client.Client, op *checker.Op) {
 	actx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	op.Outcome, op.Err, op.Result, op.Listed = checker.OK, "", "", nil
+	op.Holds, op.Revision, op.Answer = nil, 0, nil
 	op.Node, op.ServedBy = fmt.Sprintf("n%d", node+1), ""
 	wopts := client.Options{IdempotencyKey: op.Key}
 	var err error
@@ -326,15 +342,22 @@ func (w *Workload) attempt(node int, c *client.Client, op *checker.Op) {
 				op.Listed[a.Value] = a.Owner
 			}
 		}
+	case checker.KindServiceCreate, checker.KindServiceUpdate, checker.KindServiceDelete:
+		err = w.serviceAttempt(actx, c, op)
 	}
 	op.Return = w.Now()
 	op.ServedBy = meta.ServedBy
-	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+	var ce *client.Error
+	if errors.As(err, &ce) {
 		op.ServedBy = ce.ServedBy
 	}
 	if err != nil {
 		op.Result, op.Listed = "", nil
-		op.Outcome, op.Err, op.Result = classify(err, op.Kind == "allocate" || op.Kind == "release")
+		op.Holds, op.Revision, op.Answer = nil, 0, nil
+		op.Outcome, op.Err, op.Result = classify(err, op.Key != "")
+		if ce != nil && isServiceKind(op.Kind) {
+			op.Result, _ = ce.Details["field"].(string) // which value of a Service write was refused
+		}
 	}
 }
 
