@@ -29,6 +29,9 @@ type ServiceState struct {
 	// (clusterIPs, nodePorts, healthCheckNodePort), each HoldsValue,
 	// sorted and without repeats.
 	Services map[string][]string
+	// Revisions maps "<namespace>/<name>" to its record's revision: the
+	// log index of the write that last changed it.
+	Revisions map[string]uint64
 	// Pools maps pool -> value -> owner for every held value.
 	Pools map[string]map[string]string
 }
@@ -107,6 +110,9 @@ func CheckServiceReplicas(states []ServiceState) Report {
 			if inA != inB || !slices.Equal(a, b) {
 				r.problem("Service %s: %s has %s, %s has %s", svc, ref.Node, describeRecord(a, inA), s.Node, describeRecord(b, inB))
 			}
+			if ra, rb := ref.Revisions[svc], s.Revisions[svc]; ra != rb {
+				r.problem("Service %s: %s has its record at revision %d, %s at %d", svc, ref.Node, ra, s.Node, rb)
+			}
 		}
 		for _, pool := range unionKeys(ref.Pools, s.Pools) {
 			for _, value := range unionKeys(ref.Pools[pool], s.Pools[pool]) {
@@ -149,6 +155,12 @@ func unionKeys[V any](a, b map[string]V) []string {
 // unknown may be applied at any time after its call, so a Service with
 // one is not judged, nor one whose last writes overlap.
 //
+// A Service in the final state is also judged by its record's revision,
+// whatever the other writes' outcomes: revisions are log indexes, so no
+// acknowledged PUT of it may have answered a later revision than the
+// record's (that write was lost), and a PUT that answered the record's
+// revision answered the record itself, so it names the same values.
+//
 // It also checks that every acknowledged attempt of one key got the same
 // answer (values and revision): a retry answered from the idempotency
 // record, not applied twice. Checked counts the Services judged.
@@ -161,8 +173,12 @@ func CheckServiceAcks(h History, final ServiceState) Report {
 	}
 	for _, svc := range sortedKeys(bySvc) {
 		ls := bySvc[svc]
+		byRevision := checkRecordRevision(r, svc, ls, final)
 		i := slices.IndexFunc(ls, func(l logical) bool { return decides(l, ls) })
 		if i < 0 {
+			if byRevision {
+				r.Checked++
+			}
 			continue
 		}
 		r.Checked++
@@ -178,6 +194,33 @@ func CheckServiceAcks(h History, final ServiceState) Report {
 		}
 	}
 	return r.done()
+}
+
+// checkRecordRevision judges svc's final record by its revision against
+// the acknowledged PUTs ls of it, and reports whether any PUT concerned
+// it.
+func checkRecordRevision(r *reporter, svc string, ls []logical, final ServiceState) bool {
+	rev, exists := final.Revisions[svc]
+	if !exists || rev == 0 {
+		return false
+	}
+	judged := false
+	for _, l := range ls {
+		if l.Kind == KindServiceDelete || l.Outcome != OK {
+			continue
+		}
+		switch {
+		case l.Revision > rev:
+			judged = true
+			r.problem("Service %s: %s, but %s's record is at revision %d: the write was lost", svc, serviceString(l), final.Node, rev)
+		case l.Revision == rev:
+			judged = true
+			if got := final.Services[svc]; !slices.Equal(got, l.Holds) {
+				r.problem("Service %s: %s, but %s's record at that revision names %v", svc, serviceString(l), final.Node, got)
+			}
+		}
+	}
+	return judged
 }
 
 // serviceWrites returns the Service writes of h.

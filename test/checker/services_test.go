@@ -129,6 +129,11 @@ func TestCheckServiceReplicas(t *testing.T) {
 			problems: []string{"Service b/db: n1 has a record naming [ip=10.96.0.2], n2 has a record naming [ip=10.96.0.3]"},
 		},
 		{
+			name:     "a record at another revision",
+			other:    ServiceState{Node: "n2", Services: okServices, Pools: okPools, Revisions: map[string]uint64{"b/db": 9}},
+			problems: []string{"Service b/db: n1 has its record at revision 0, n2 at 9"},
+		},
+		{
 			name:     "an owner differs",
 			other:    n2(okServices, with("port", "30007", "services/b/db")),
 			problems: []string{`port 30007: n1 has owner "", n2 has "services/b/db" ("": free)`},
@@ -185,6 +190,26 @@ func TestCheckServiceAcks(t *testing.T) {
 			func() Op { o := put("k1", 25, 30, OK, "ip=10.96.0.4"); o.Attempt = 1; return o }()}, final: present, checked: 1,
 			problems: []string{`Service a/web: key "k1" answered updated [ip=10.96.0.1 port=30000 port=30001] at revision 20 on attempt 0, then updated [ip=10.96.0.4] at revision 30 on attempt 1`}},
 	}
+	// With the record's revision, a Service is judged though an unknown
+	// write leaves its last write open.
+	at40 := present
+	at40.Revisions = map[string]uint64{"a/web": 40, "b/db": 7}
+	cases = append(cases, []struct {
+		name     string
+		h        History
+		final    ServiceState
+		checked  int
+		problems []string
+	}{
+		{name: "the record is the write that answered its revision", h: History{put("k1", 30, 40, OK, web...), put("k2", 35, 60, Unknown)},
+			final: at40, checked: 1},
+		{name: "an acknowledged write later than the record was lost", h: History{put("k1", 30, 50, OK, web...), put("k2", 35, 60, Unknown)},
+			final: at40, checked: 1,
+			problems: []string{`Service a/web: service-update key="k1" client 0 [30,50] -> ok, updated holding [ip=10.96.0.1 port=30000 port=30001] at revision 50, but n1's record is at revision 40: the write was lost`}},
+		{name: "the write that answered the record's revision answered other values", h: History{put("k1", 30, 40, OK, "ip=10.96.0.5"), put("k2", 35, 60, Unknown)},
+			final: at40, checked: 1,
+			problems: []string{`Service a/web: service-update key="k1" client 0 [30,40] -> ok, updated holding [ip=10.96.0.5] at revision 40, but n1's record at that revision names [ip=10.96.0.1 port=30000 port=30001]`}},
+	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := CheckServiceAcks(c.h, c.final)

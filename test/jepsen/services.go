@@ -248,13 +248,15 @@ func (c *Cluster) EnsureServiceNetwork(ctx context.Context, ps PoolSet) (string,
 // consistency=stale. Call it once the replicas converged.
 func (c *Cluster) ServiceStates(ctx context.Context, via int, ps PoolSet) ([]checker.ServiceState, error) {
 	read := func(i int, name string, o client.Options) (checker.ServiceState, error) {
-		st := checker.ServiceState{Node: name, Services: map[string][]string{}, Pools: map[string]map[string]string{}}
+		st := checker.ServiceState{Node: name, Services: map[string][]string{}, Revisions: map[string]uint64{},
+			Pools: map[string]map[string]string{}}
 		list, err := c.ctl[i].ListServices(ctx, "", o)
 		if err != nil {
 			return st, fmt.Errorf("%s: list Services: %w", name, err)
 		}
 		for _, svc := range list.Services {
 			st.Services[svc.Namespace+"/"+svc.Name] = ServiceHolds(ps, svc)
+			st.Revisions[svc.Namespace+"/"+svc.Name] = svc.Revision
 		}
 		for _, p := range ps.Names() {
 			as, err := c.ctl[i].ListAll(ctx, p, "", o)
