@@ -49,8 +49,9 @@
 //   - CheckServiceAcks: a Service whose last write was answered (no write
 //     of unknown outcome or overlapping it) is in the final state as that
 //     write left it; a final record is no older than any acknowledged PUT
-//     of it and names what the PUT that answered its revision answered;
-//     retries of a key got the same answer.
+//     of it and names what one of the PUTs that answered its revision
+//     answered (a log entry may hold several writes); retries of a key got
+//     the same answer.
 //
 // The checkers other than CheckLinearizable are linear or quadratic in
 // the operations on one value, so they still judge histories too long or

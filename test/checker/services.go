@@ -158,8 +158,9 @@ func unionKeys[V any](a, b map[string]V) []string {
 // A Service in the final state is also judged by its record's revision,
 // whatever the other writes' outcomes: revisions are log indexes, so no
 // acknowledged PUT of it may have answered a later revision than the
-// record's (that write was lost), and a PUT that answered the record's
-// revision answered the record itself, so it names the same values.
+// record's (that write was lost), and the PUTs that answered the
+// record's revision (one log entry may hold several) include the one
+// that stored it, which names the same values.
 //
 // It also checks that every acknowledged attempt of one key got the same
 // answer (values and revision): a retry answered from the idempotency
@@ -198,12 +199,16 @@ func CheckServiceAcks(h History, final ServiceState) Report {
 
 // checkRecordRevision judges svc's final record by its revision against
 // the acknowledged PUTs ls of it, and reports whether any PUT concerned
-// it.
+// it. A node may apply several writes in one log entry, so several PUTs
+// of one Service may answer the same revision: the record is then the
+// last of them, and names what one of them answered.
 func checkRecordRevision(r *reporter, svc string, ls []logical, final ServiceState) bool {
 	rev, exists := final.Revisions[svc]
 	if !exists || rev == 0 {
 		return false
 	}
+	got := final.Services[svc]
+	var same []logical // the acknowledged PUTs that answered rev
 	judged := false
 	for _, l := range ls {
 		if l.Kind == KindServiceDelete || l.Outcome != OK {
@@ -214,13 +219,21 @@ func checkRecordRevision(r *reporter, svc string, ls []logical, final ServiceSta
 			judged = true
 			r.problem("Service %s: %s, but %s's record is at revision %d: the write was lost", svc, serviceString(l), final.Node, rev)
 		case l.Revision == rev:
-			judged = true
-			if got := final.Services[svc]; !slices.Equal(got, l.Holds) {
-				r.problem("Service %s: %s, but %s's record at that revision names %v", svc, serviceString(l), final.Node, got)
-			}
+			same = append(same, l)
 		}
 	}
-	return judged
+	if len(same) == 0 {
+		return judged
+	}
+	if !slices.ContainsFunc(same, func(l logical) bool { return slices.Equal(got, l.Holds) }) {
+		var ws []string
+		for _, l := range same {
+			ws = append(ws, serviceString(l))
+		}
+		r.problem("Service %s: %s's record at revision %d names %v, but the writes that answered that revision answered otherwise: %s",
+			svc, final.Node, rev, got, strings.Join(ws, "; "))
+	}
+	return true
 }
 
 // serviceWrites returns the Service writes of h.

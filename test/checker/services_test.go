@@ -208,7 +208,9 @@ func TestCheckServiceAcks(t *testing.T) {
 			problems: []string{`Service a/web: service-update key="k1" client 0 [30,50] -> ok, updated holding [ip=10.96.0.1 port=30000 port=30001] at revision 50, but n1's record is at revision 40: the write was lost`}},
 		{name: "the write that answered the record's revision answered other values", h: History{put("k1", 30, 40, OK, "ip=10.96.0.5"), put("k2", 35, 60, Unknown)},
 			final: at40, checked: 1,
-			problems: []string{`Service a/web: service-update key="k1" client 0 [30,40] -> ok, updated holding [ip=10.96.0.5] at revision 40, but n1's record at that revision names [ip=10.96.0.1 port=30000 port=30001]`}},
+			problems: []string{`Service a/web: n1's record at revision 40 names [ip=10.96.0.1 port=30000 port=30001], but the writes that answered that revision answered otherwise: service-update key="k1" client 0 [30,40] -> ok, updated holding [ip=10.96.0.5] at revision 40`}},
+		{name: "two writes in one log entry answered its revision; the record is one of them", h: History{put("k1", 30, 40, OK, "ip=10.96.0.5"),
+			put("k2", 32, 40, OK, web...), put("k3", 35, 60, Unknown)}, final: at40, checked: 1},
 	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
