@@ -188,8 +188,12 @@ func CheckAuth(h checker.History) checker.Report {
 			continue
 		}
 		if n++; n <= 10 {
-			r.Problems = append(r.Problems, fmt.Sprintf("client %d's %s of %s %s on %s at %.3fs was refused: %s",
-				op.Client, op.Kind, op.Pool, op.Value, op.Node, float64(op.Call)/1e9, op.Err))
+			of := op.Pool + " " + op.Value
+			if op.Service != "" {
+				of = op.Service
+			}
+			r.Problems = append(r.Problems, fmt.Sprintf("client %d's %s of %s on %s at %.3fs was refused: %s",
+				op.Client, op.Kind, of, op.Node, float64(op.Call)/1e9, op.Err))
 		}
 	}
 	if n > 10 {
