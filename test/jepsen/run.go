@@ -116,6 +116,9 @@ func (r Result) String() string {
 func Run(t testing.TB, o Options) (Result, error) {
 	res := Result{Seed: o.Seed}
 	pools := DefaultPools()
+	if o.Services {
+		pools = ServicePools()
+	}
 	c, err := setUp(t, o, pools)
 	if err != nil {
 		return res, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rangealloc/rangealloc/api/client"
@@ -16,15 +17,25 @@ import (
 // The Service workload: the Clients create, update and delete Services
 // through random nodes, each write under an idempotency key of its own
 // that its retries share. There are few names, so that writes of one
-// Service from several clients collide, and few values (DefaultPools: 14
-// addresses, 16 ports for at most 8 Services of up to 2 nodePorts), so
-// that requested values are taken and dynamic picks find a range full.
+// Service from several clients collide, and few values (ServicePools: 14
+// addresses, 8 ports for 8 Services of up to 2 nodePorts), so that
+// requested values are taken and dynamic picks find a range full.
 //
 // Each client remembers the answer of its last acknowledged PUT of each
 // Service (session.svcs) and builds its updates from it, though other
 // clients may have changed the Service since: a stale update is answered
 // 422 (a clusterIP is immutable), or replaces the Service if its uid
 // changed meanwhile, as Kubernetes would.
+
+// ServicePools are the pools of a Service run: DefaultPools with 8
+// ports, about what the eight Services hold at a time (half of them
+// NodePort, of one or two ports), so that dynamic picks find the range
+// full now and then.
+func ServicePools() PoolSet {
+	ps := DefaultPools()
+	ps.PortRange, ps.PortValues = "30000-30007", ps.PortValues[:8]
+	return ps
+}
 
 // serviceNames are the Services the clients write, "<namespace>/<name>".
 var serviceNames = []string{"a/web", "a/db", "a/cache", "a/queue", "b/web", "b/db", "b/cache", "b/queue"}
@@ -88,7 +99,8 @@ func (w *Workload) newService(s *session, name string) types.Service {
 		svc.ClusterIP, svc.ClusterIPs = ip, []string{ip}
 	}
 	if svc.Type == typeNodePort && s.rng.IntN(3) == 0 {
-		svc.Ports[0].NodePort = int32(30000 + s.rng.IntN(len(w.Pools.PortValues)))
+		port, _ := strconv.Atoi(w.Pools.PortValues[s.rng.IntN(len(w.Pools.PortValues))])
+		svc.Ports[0].NodePort = int32(port)
 	}
 	return svc
 }

@@ -37,6 +37,9 @@ func TestServiceHolds(t *testing.T) {
 	for _, c := range cases {
 		assert.Equal(t, c.want, ServiceHolds(ps, c.svc), c.name)
 	}
+	sp := ServicePools()
+	assert.Equal(t, []string{"30000", "30007"}, []string{sp.PortValues[0], sp.PortValues[len(sp.PortValues)-1]}, "ServicePools' ports")
+	assert.Equal(t, "30000-30007", sp.PortRange)
 }
 
 // TestNextService draws many Service writes and checks each is one the
