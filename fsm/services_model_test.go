@@ -269,8 +269,10 @@ func (m *svcModel) step() {
 		m.del()
 	case r < 75:
 		m.plainAllocate()
-	case r < 96:
+	case r < 93:
 		m.plainRelease()
+	case r < 97:
+		m.reconcile()
 	default:
 		m.roundTrip()
 	}
@@ -414,6 +416,71 @@ func (m *svcModel) plainRelease() {
 	}
 }
 
+// reconcile lists every Service as it is, at the current index, and
+// reconciles (reporting, or repairing). With nothing leaked, what it
+// finds comes only of forced releases: a value forced away and still free
+// is missing; one taken since by another owner is a mismatch, unless a
+// Service listed earlier names it too, which makes it a duplicate. A
+// repair gives the missing values back to Services with nothing else
+// wrong.
+func (m *svcModel) reconcile() {
+	t := m.t
+	recs, fence := m.l.f.Services("")
+	list := make([]service.Spec, len(recs))
+	for i, r := range recs {
+		list[i] = r.Spec
+	}
+	exp := []finding{}
+	claimed := map[pv]string{}
+	bad := map[string]bool{}
+	for _, r := range recs { // sorted by namespace and name, as the reconcile walks them
+		key := r.Key()
+		for _, v := range namedValues(r.Spec) {
+			a, err := m.l.f.Get(v.pool, v.value)
+			if _, dup := claimed[v]; dup {
+				exp = append(exp, want(FindingDuplicate, v, key, a.Owner))
+				bad[key] = true
+				continue
+			}
+			claimed[v] = key
+			switch {
+			case err != nil:
+				exp = append(exp, want(FindingMissing, v, key, ""))
+			case a.Owner != ServiceOwnerPrefix+key:
+				exp = append(exp, want(FindingMismatch, v, key, a.Owner))
+				bad[key] = true
+			}
+		}
+	}
+	sortFindings(exp)
+	repair := m.rng.IntN(2) == 0
+	before := readFull(m.l.f)
+	res := m.l.apply(&Request{Kind: KindReconcile, Fence: fence, Services: list, Repair: repair})
+	m.note(res, fmt.Sprint("reconcile repair=", repair))
+	require.Nil(t, res.Err)
+	require.Equal(t, exp, sortedFindings(res.Findings), "reconcile of the Services as they are")
+	for _, f := range exp {
+		m.codes["reconcile "+f.Type]++
+	}
+	if !repair {
+		require.Equal(t, before, readFull(m.l.f), "a reconcile without repair changes nothing")
+		return
+	}
+	for _, f := range res.Findings {
+		require.Equal(t, f.Type == FindingMissing && !bad[f.Service], f.Repaired, "%+v: Repaired", f)
+		if f.Repaired {
+			delete(m.forced[f.Service], pv{f.Pool, f.Value})
+			m.codes["reconcile repaired"]++
+		}
+	}
+	for _, r := range recs {
+		got, err := m.l.f.Service(r.Spec.Namespace, r.Spec.Name)
+		require.NoError(t, err)
+		require.Equal(t, r.Spec, got.Spec, "a repair keeps the record of %s", r.Key())
+		m.recs[r.Key()] = got
+	}
+}
+
 // roundTrip writes a backup, restores it into a new state machine and
 // carries on with that one.
 func (m *svcModel) roundTrip() {
@@ -479,8 +546,8 @@ func checkServiceInvariants(t *testing.T, f *FSM, want map[string]ServiceRecord,
 }
 
 // TestServiceModel runs random Service writes, deletes, dry runs, plain
-// allocations and releases (forced ones too) and backup round trips on
-// small pools, and checks the state machine against the model after
+// allocations and releases (forced ones too), reconciles and backup round
+// trips on small pools, and checks the state machine against the model after
 // every step; then replays the log on a new state machine.
 func TestServiceModel(t *testing.T) {
 	const seeds, steps = 20, 300
@@ -515,7 +582,8 @@ func TestServiceModel(t *testing.T) {
 	}
 	for _, k := range []string{"put dry=false ok", "put dry=false Invalid", "put dry=false RangeFull", "put dry=true ok",
 		"delete dry=false ok", "delete dry=false ServiceNotFound", "release force=false OwnedByService",
-		"release force=true ok", "allocate RangeFull", "snapshot"} {
+		"release force=true ok", "allocate RangeFull", "snapshot", "reconcile missing", "reconcile mismatch",
+		"reconcile duplicate", "reconcile repaired"} {
 		require.Positive(t, codes[k], "no step ended %q: the workload misses a case", k)
 	}
 }
