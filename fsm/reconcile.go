@@ -71,7 +71,7 @@ func reason(k service.NeedKind, what string) string {
 //     newer than fence: allocates the missing values for it and stores
 //     the listed spec as its record;
 //  2. deletes the record of each Service not listed, no newer than fence,
-//     all of whose values are leaks;
+//     all of whose values that it still holds are leaks;
 //  3. releases each leak its owner's record (if any) does not name.
 //
 // Nothing written after the fence is released or replaced: a value
@@ -238,7 +238,10 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 				continue
 			}
 			off, e := p.offset(h.Value)
-			all = all && e == nil && leaked[at{p, off}] && p.recs.get(off).owner == ServiceOwnerPrefix+key
+			if e != nil || !p.p.Bitmap().Has(off) || p.recs.get(off).owner != ServiceOwnerPrefix+key {
+				continue // not held by this Service (a forced release took it): nothing to keep the record for
+			}
+			all = all && leaked[at{p, off}]
 		}
 		if all {
 			delete(s.services, key)

@@ -436,3 +436,43 @@ func BenchmarkReconcile10k(b *testing.B) {
 		}
 	})
 }
+
+// TestReconcileRepairsServiceMissingAForcedValue: a Service the caller no
+// longer lists, one of whose values a forced release took (and another
+// owner may have taken since), holds only leaks: the repair deletes its
+// record and releases them, and the next reconcile finds nothing.
+func TestReconcileRepairsServiceMissingAForcedValue(t *testing.T) {
+	for _, retaken := range []bool{false, true} {
+		t.Run(fmt.Sprint("retaken=", retaken), func(t *testing.T) {
+			l := newReconcileFSM(t, rand.New(rand.NewPCG(1, 1)))
+			s := l.apply(&Request{Kind: KindPutService, Service: ptr(svcKinds[2]("ns", "s"))}).Service
+			keep := l.apply(&Request{Kind: KindPutService, Service: ptr(svcKinds[0]("ns", "t"))}).Service
+			forced := nodePortValue(s.Spec.Ports[0].NodePort)
+			require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpReleaseForce, Pool: poolPorts, Value: forced.value}}}).Err)
+			if retaken {
+				require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpAllocate, Pool: poolPorts, Value: forced.value, Owner: "plain"}}}).Err)
+			}
+			fence := l.f.AppliedIndex()
+			list := []service.Spec{keep.Spec}
+			var exp []finding
+			for _, v := range namedValues(s.Spec) {
+				if v != forced {
+					exp = append(exp, want(FindingLeak, v, "", "services/ns/s"))
+				}
+			}
+			sortFindings(exp)
+			res := l.apply(&Request{Kind: KindReconcile, Fence: fence, Services: list, Repair: true})
+			require.Nil(t, res.Err)
+			require.Equal(t, exp, sortedFindings(res.Findings))
+			for _, f := range res.Findings {
+				require.True(t, f.Repaired, "%+v", f)
+			}
+			_, err := l.f.Service("ns", "s")
+			require.ErrorIs(t, err, &Error{Code: CodeServiceNotFound}, "the unlisted Service's record is gone")
+			checkServiceInvariants(t, l.f, serviceRecords(l.f), nil)
+			again, _, err := l.f.Reconcile(l.f.AppliedIndex(), list)
+			require.NoError(t, err)
+			require.Empty(t, again)
+		})
+	}
+}
