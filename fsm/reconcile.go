@@ -76,7 +76,13 @@ func reason(k service.NeedKind, what string) string {
 //
 // Nothing written after the fence is released or replaced: a value
 // allocated after it is no leak, and a record written after it is kept.
+// A repair refuses a fence at or after its own entry.
 func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool) *Result {
+	if repair && fence >= index {
+		// The fence is all that keeps a repair off later writes; one
+		// that was never read could release a value in use.
+		return &Result{Err: errorf(CodeInvalidArgument, "fence %d is not a revision read before this repair (entry %d)", fence, index)}
+	}
 	n, nerr := s.resolveNetwork()
 	if nerr != nil {
 		return &Result{Err: nerr}

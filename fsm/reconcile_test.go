@@ -476,3 +476,24 @@ func TestReconcileRepairsServiceMissingAForcedValue(t *testing.T) {
 		})
 	}
 }
+
+// TestRepairRefusesFutureFence: a repair's fence must be a revision read
+// before it; a later one would let it release values allocated after the
+// caller listed, and changes nothing. A report may take any fence.
+func TestRepairRefusesFutureFence(t *testing.T) {
+	l := newReconcileFSM(t, rand.New(rand.NewPCG(1, 1)))
+	require.Nil(t, l.apply(&Request{Kind: KindPutService, Service: ptr(svcKinds[1]("ns", "s"))}).Err)
+	before := readFull(l.f)
+	for _, fence := range []uint64{l.idx + 1, l.idx + 2, ^uint64(0)} {
+		res := l.apply(&Request{Kind: KindReconcile, Fence: fence, Repair: true})
+		require.NotNil(t, res.Err, "repair with fence %d at entry %d", fence, l.idx)
+		require.Equal(t, CodeInvalidArgument, res.Err.Code)
+		require.Equal(t, before, readFull(l.f))
+	}
+	found, _, err := l.f.Reconcile(^uint64(0), nil)
+	require.NoError(t, err)
+	require.Len(t, found, 3, "with no Service listed, the report finds all three values leaked")
+	res := l.apply(&Request{Kind: KindReconcile, Fence: l.idx, Repair: true})
+	require.Nil(t, res.Err, "a fence just before the repair's entry")
+	require.Len(t, res.Findings, 3)
+}
