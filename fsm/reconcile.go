@@ -71,12 +71,18 @@ func reason(k service.NeedKind, what string) string {
 //     newer than fence: allocates the missing values for it and stores
 //     the listed spec as its record;
 //  2. deletes the record of each Service not listed, no newer than fence,
-//     all of whose values are leaks;
+//     all of whose values that it still holds are leaks;
 //  3. releases each leak its owner's record (if any) does not name.
 //
 // Nothing written after the fence is released or replaced: a value
 // allocated after it is no leak, and a record written after it is kept.
+// A repair refuses a fence at or after its own entry.
 func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool) *Result {
+	if repair && fence >= index {
+		// The fence is all that keeps a repair off later writes; one
+		// that was never read could release a value in use.
+		return &Result{Err: errorf(CodeInvalidArgument, "fence %d is not a revision read before this repair (entry %d)", fence, index)}
+	}
 	n, nerr := s.resolveNetwork()
 	if nerr != nil {
 		return &Result{Err: nerr}
@@ -238,7 +244,10 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 				continue
 			}
 			off, e := p.offset(h.Value)
-			all = all && e == nil && leaked[at{p, off}] && p.recs.get(off).owner == ServiceOwnerPrefix+key
+			if e != nil || !p.p.Bitmap().Has(off) || p.recs.get(off).owner != ServiceOwnerPrefix+key {
+				continue // not held by this Service (a forced release took it): nothing to keep the record for
+			}
+			all = all && leaked[at{p, off}]
 		}
 		if all {
 			delete(s.services, key)
