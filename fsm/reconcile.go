@@ -69,7 +69,10 @@ func reason(k service.NeedKind, what string) string {
 //  1. for each listed Service whose only findings are missing values,
 //     whose spec needs no dynamic pick, and whose record is absent or no
 //     newer than fence: allocates the missing values for it and stores
-//     the listed spec as its record;
+//     the listed spec as its record; but missing values only when no
+//     entry after the fence freed a Service's value (they may be those of
+//     a Service deleted after the caller listed it: a later reconcile,
+//     with a newer fence, repairs them);
 //  2. deletes the record of each Service not listed, no newer than fence,
 //     all of whose values that it still holds are leaks;
 //  3. releases each leak its owner's record (if any) does not name.
@@ -221,6 +224,9 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 		plan, err := service.PlanWrite(n.net, nil, *l)
 		if err != nil || len(plan.Dynamic()) > 0 {
 			continue
+		}
+		if len(misses[key]) > 0 && s.freed > fence {
+			continue // they may be the values of a Service deleted after the caller listed it
 		}
 		for _, m := range misses[key] {
 			m.p.p.Bitmap().Allocate(m.off)

@@ -125,7 +125,7 @@ func reconcileFaults(t *testing.T, seed uint64) {
 	l := newReconcileFSM(t, rng)
 	byKind := buildServices(t, l, rng, 200)
 	recs := serviceRecords(l.f)
-	var expect []finding
+	var expect, missingLater []finding
 	repaired := map[finding]bool{}
 	ipv4 := func(key string) pv { return pv{poolV4, recs[key].Spec.ClusterIPs[0]} }
 	owner := func(key string) string { return ServiceOwnerPrefix + key }
@@ -142,7 +142,10 @@ func reconcileFaults(t *testing.T, seed uint64) {
 	plainV := pv{poolV4, plain.Ops[0][0].Value}
 
 	// Missing: values forced away from listed Services (a nodePort and a
-	// secondary clusterIP); the repair gives them back.
+	// secondary clusterIP). The update of s2 after the fence (below) frees
+	// Service values, so this repair leaves missing values alone (they
+	// could be a deleted Service's); a repair with a newer fence gives
+	// them back (the end of this test).
 	s1 := take(rng, byKind[1])
 	s1b := take(rng, byKind[3])
 	for _, m := range []struct {
@@ -151,7 +154,7 @@ func reconcileFaults(t *testing.T, seed uint64) {
 	}{{s1, nodePortValue(recs[s1].Spec.Ports[2].NodePort)}, {s1b, pv{poolV6, recs[s1b].Spec.ClusterIPs[1]}}} {
 		require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpReleaseForce, Pool: m.v.pool, Value: m.v.value}}}).Err)
 		f := want(FindingMissing, m.v, m.key, "")
-		expect, repaired[f] = append(expect, f), true
+		expect, missingLater = append(expect, f), append(missingLater, f)
 	}
 
 	fence := l.f.AppliedIndex()
@@ -276,7 +279,14 @@ func reconcileFaults(t *testing.T, seed uint64) {
 		require.Equal(t, r.Spec, after[k].Spec, "record of %s", k)
 	}
 	require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpRelease, Pool: poolPorts, Value: ghost2.Ops[0][0].Value}}}).Err)
-	checkServiceInvariants(t, l.f, wantRecs, nil)
+	forced := map[string]map[pv]bool{} // still forced away: this repair left them
+	for _, m := range missingLater {
+		if forced[m.Service] == nil {
+			forced[m.Service] = map[pv]bool{}
+		}
+		forced[m.Service][pv{m.Pool, m.Value}] = true
+	}
+	checkServiceInvariants(t, l.f, wantRecs, forced)
 
 	// A second report no longer finds what the repair fixed.
 	again, _, err := l.f.Reconcile(l.f.AppliedIndex(), list)
@@ -286,6 +296,22 @@ func reconcileFaults(t *testing.T, seed uint64) {
 			require.False(t, f.Pool == k.Pool && f.Value == k.Value && (f.Type == FindingLeak || f.Type == FindingMissing),
 				"%+v was repaired but is found again", f)
 		}
+	}
+	// A repair fenced after every write gives the forced-away values back.
+	fresh := l.apply(&Request{Kind: KindReconcile, Fence: l.f.AppliedIndex(), Services: list, Repair: true})
+	require.Nil(t, fresh.Err)
+	for _, m := range missingLater {
+		found := false
+		for _, f := range fresh.Findings {
+			if f.Type == FindingMissing && f.Pool == m.Pool && f.Value == m.Value {
+				found = true
+				require.True(t, f.Repaired, "%+v", f)
+			}
+		}
+		require.True(t, found, "%+v is still missing before the fresh repair", m)
+		a, err := l.f.Get(m.Pool, m.Value)
+		require.NoError(t, err)
+		require.Equal(t, ServiceOwnerPrefix+m.Service, a.Owner)
 	}
 }
 
@@ -366,15 +392,12 @@ func TestReconcileFenceKeepsRacingCreates(t *testing.T) {
 
 // TestReconcileRepairAfterLateDelete: a Service listed by the caller and
 // deleted after the fence, before the repair is applied, must not come
-// back. It does today: the delete leaves no trace with a revision, so the
-// repair finds its values free ("missing"), allocates them again and
-// recreates the record. Kubernetes' repair loop cannot do this (its write
-// of the RangeAllocation fails on the resourceVersion it read before
-// listing). A fix needs the state to remember deletes after a fence (a
-// replicated "last Service delete" index or tombstones), which changes
-// the snapshot format.
+// back: its values look free ("missing"), but the state remembers that an
+// entry after the fence freed Service values, and the repair leaves
+// missing values to a reconcile with a newer fence. (Kubernetes' repair
+// loop is kept off by its RangeAllocation write failing on the
+// resourceVersion it read before listing.)
 func TestReconcileRepairAfterLateDelete(t *testing.T) {
-	t.Skip("known: a repair recreates a Service deleted after its fence (see the comment)")
 	l := newReconcileFSM(t, rand.New(rand.NewPCG(1, 1)))
 	s := l.apply(&Request{Kind: KindPutService, Service: ptr(svcKinds[1]("ns", "s"))})
 	require.Nil(t, s.Err)

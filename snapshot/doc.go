@@ -25,7 +25,9 @@
 //	           …  members   'M' uvarint(n) member×n     sorted by ID, unique
 //	           …  cluster   'C' clusterID:str flags:1  0..64 printable bytes; "" before one is drawn;
 //	                                                   flags bit 0: restored from a backup
-//	           …  services  'S' network uvarint(n) service×n  sorted by key, unique
+//	           …  services  'S' network uvarint(n) service×n freed:uvarint
+//	                                                   sorted by key, unique; freed: the index of the
+//	                                                   last entry that freed a Service's value
 //	   L-4     4  checksum  uint32, CRC-32C of bytes [0, L-4)
 //	     L        end of stream: nothing may follow
 //

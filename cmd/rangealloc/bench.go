@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/api"
-	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/certs"
 	"github.com/spf13/cobra"
 )
