@@ -66,7 +66,7 @@ func TestGenerate(t *testing.T) {
 		net   GenNetwork
 		pools []string
 	}{
-		{"dual-stack", 3000, 1, DefaultGenNetwork(), []string{"clusterip-ipv4", "clusterip-ipv6", "nodeport"}},
+		{"dual-stack", 1500, 1, DefaultGenNetwork(), []string{"clusterip-ipv4", "clusterip-ipv6", "nodeport"}},
 		{"IPv4 only, the node ports run out", 2000, 2,
 			GenNetwork{IPv4: "10.0.0.0/20", NodePorts: "30000-30499", IPv4Pool: "v4", NodePortPool: "np"}, []string{"v4", "np"}},
 		{"IPv6 only", 300, 3,
@@ -107,11 +107,11 @@ func TestGenerate(t *testing.T) {
 // TestGenerateMix: a default cluster has every kind of Service, the two
 // well-known ones first at their addresses, and is the same for a seed.
 func TestGenerateMix(t *testing.T) {
-	data, ras := Generate(2000, 7, DefaultGenNetwork())
-	again, ras2 := Generate(2000, 7, DefaultGenNetwork())
+	data, ras := Generate(1500, 7, DefaultGenNetwork())
+	again, ras2 := Generate(1500, 7, DefaultGenNetwork())
 	require.Equal(t, data, again, "same seed, same Services")
 	require.Equal(t, ras, ras2)
-	other, _ := Generate(2000, 8, DefaultGenNetwork())
+	other, _ := Generate(1500, 8, DefaultGenNetwork())
 	require.NotEqual(t, data, other)
 
 	svcs, err := Services(bytes.NewReader(data))
