@@ -74,6 +74,14 @@ var routeTable = []routeRow{
 	{"GET", "/v1/pools/{name}/allocations/{value}", "/v1/pools/p/allocations/10.96.0.1", api.RoleRead, false, needRead},
 	{"DELETE", "/v1/pools/{name}/allocations/{value}", "/v1/pools/p/allocations/10.96.0.1", api.RoleWrite, false, needWrite},
 	{"POST", "/v1/txn", "/v1/txn", api.RoleWrite, false, needWrite},
+	{"PUT", "/v1/services/{namespace}/{name}", "/v1/services/default/p", api.RoleWrite, false, needWrite},
+	{"GET", "/v1/services/{namespace}/{name}", "/v1/services/default/p", api.RoleRead, false, needRead},
+	{"DELETE", "/v1/services/{namespace}/{name}", "/v1/services/default/p", api.RoleWrite, false, needWrite},
+	{"GET", "/v1/services", "/v1/services", api.RoleRead, false, needRead},
+	{"GET", "/v1/service-network", "/v1/service-network", api.RoleRead, false, needRead},
+	{"PUT", "/v1/service-network", "/v1/service-network", api.RoleAdmin, false, needAdmin},
+	{"POST", "/v1/reconcile", "/v1/reconcile", api.RoleAdmin, false, needAdmin},
+	{"POST", "/v1/import", "/v1/import", api.RoleAdmin, false, needAdmin},
 	{"GET", "/v1/cluster", "/v1/cluster", api.RoleRead, false, needRead},
 	{"POST", "/v1/cluster/members", "/v1/cluster/members", api.RoleAdmin, false, needAdmin},
 	{"DELETE", "/v1/cluster/members/{id}", "/v1/cluster/members/n2", api.RoleAdmin, false, needAdmin},
@@ -220,7 +228,7 @@ func TestRouteTableMatchesOpenAPI(t *testing.T) {
 	assert.Contains(t, doc.Security[0], "bearer")
 	assert.Empty(t, doc.Security[0]["bearer"])
 
-	params := map[string]string{"{name}": "p", "{value}": "10.96.0.1", "{id}": "n2"}
+	params := map[string]string{"{name}": "p", "{value}": "10.96.0.1", "{id}": "n2", "{namespace}": "default"}
 	inDoc := map[string]bool{}
 	for p, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {

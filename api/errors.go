@@ -49,6 +49,9 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodePermissionDenied:     http.StatusForbidden,
 	fsm.CodeNotInRange:           http.StatusUnprocessableEntity,
 	fsm.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
+	fsm.CodeInvalid:              http.StatusUnprocessableEntity,
+	fsm.CodeServiceNotFound:      http.StatusNotFound,
+	fsm.CodeOwnedByService:       http.StatusConflict,
 }
 
 // apiError is a failure found by this package (bad input), before the node.
@@ -93,6 +96,12 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 			body.Details = map[string]any{"pool": fe.Owner}
 		case fe.Owner != "":
 			body.Details = map[string]any{"owner": fe.Owner}
+		}
+		if fe.Field != "" {
+			if body.Details == nil {
+				body.Details = map[string]any{}
+			}
+			body.Details["field"] = fe.Field
 		}
 		if withOp && fe.Op >= 0 {
 			if body.Details == nil {

@@ -171,8 +171,17 @@ func (srv *Server) listAllocations(w http.ResponseWriter, r *http.Request) {
 }
 
 func (srv *Server) release(w http.ResponseWriter, r *http.Request) {
+	force, ferr := forceRelease(r)
 	srv.serveNoContent(w, r, func(ctx context.Context, key string) error {
-		_, err := srv.s.Release(ctx, r.PathValue("name"), r.PathValue("value"), r.URL.Query().Get("owner"), key)
+		if ferr != nil {
+			return ferr
+		}
+		pool, value, owner := r.PathValue("name"), r.PathValue("value"), r.URL.Query().Get("owner")
+		if force {
+			_, err := srv.s.Txn(ctx, []fsm.Op{{Kind: fsm.OpReleaseForce, Pool: pool, Value: value, Owner: owner}}, key)
+			return err
+		}
+		_, err := srv.s.Release(ctx, pool, value, owner, key)
 		return err
 	})
 }
@@ -182,6 +191,12 @@ func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
 	key, err := idempotencyKey(r)
 	if err == nil {
 		err = decode(w, r, &req, false)
+	}
+	release := fsm.OpRelease
+	if force, ferr := forceRelease(r); ferr != nil && err == nil {
+		err = ferr
+	} else if force {
+		release = fsm.OpReleaseForce
 	}
 	if err == nil && (len(req.Ops) == 0 || len(req.Ops) > fsm.MaxOps) {
 		err = badRequest(fmt.Sprintf(`"ops" must hold 1 to %d operations, got %d`, fsm.MaxOps, len(req.Ops)))
@@ -195,7 +210,7 @@ func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
 		case "allocate":
 			ops[i] = fsm.Op{Kind: fsm.OpAllocate, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
 		case "release":
-			ops[i] = fsm.Op{Kind: fsm.OpRelease, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
+			ops[i] = fsm.Op{Kind: release, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
 		default:
 			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: i, Message: fmt.Sprintf(`ops[%d]: "op" must be "allocate" or "release", got %q`, i, op.Op)}
 		}

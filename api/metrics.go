@@ -22,6 +22,9 @@ type Metrics struct {
 	applyReqs   prometheus.Counter
 	commitSecs  prometheus.Histogram
 	commitReqs  prometheus.Histogram
+	// reconcileFindings counts the findings of the reconciles this node
+	// served, by pool and type.
+	reconcileFindings *prometheus.CounterVec
 }
 
 // NewMetrics registers a node's metrics; extra collectors join the
@@ -44,8 +47,10 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 			Help: "On the leader: time from proposing a log entry to its applied result.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 		commitReqs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rangealloc_group_commit_requests",
 			Help: "On the leader: client requests packed into one log entry.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		reconcileFindings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_reconcile_findings_total",
+			Help: "Findings of the reconciles this node served, by pool and type (leak, missing, duplicate, outOfRange, mismatch)."}, []string{"pool", "type"}),
 	}
-	m.reg.MustRegister(m.allocations, m.errors, m.httpSeconds, m.applyBatch, m.applyReqs, m.commitSecs, m.commitReqs,
+	m.reg.MustRegister(m.allocations, m.errors, m.httpSeconds, m.applyBatch, m.applyReqs, m.commitSecs, m.commitReqs, m.reconcileFindings,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(extra...)
 	return m

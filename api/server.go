@@ -18,6 +18,7 @@ import (
 	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/service"
 )
 
 // OpenAPI is the OpenAPI 3 description of this API, served at /openapi.yaml.
@@ -29,9 +30,12 @@ var OpenAPI []byte
 const (
 	MaxBody        = 1 << 20 // JSON bodies
 	MaxRestoreBody = 1 << 30 // backups given to /v1/snapshot/restore
-	MaxKeyLen      = 128     // Idempotency-Key
-	DefaultLimit   = types.DefaultLimit
-	MaxLimit       = types.MaxLimit
+	// MaxServicesBody bounds the bodies that list Services:
+	// /v1/reconcile and /v1/import (about 100,000 Services).
+	MaxServicesBody = 64 << 20
+	MaxKeyLen       = 128 // Idempotency-Key
+	DefaultLimit    = types.DefaultLimit
+	MaxLimit        = types.MaxLimit
 )
 
 // RestoreReadTimeout is how long a restore may take to upload its body
@@ -59,6 +63,14 @@ type Store interface {
 	TransferLeadership(ctx context.Context, id string) error
 	Backup(ctx context.Context, w io.Writer) error
 	Restore(ctx context.Context, r io.Reader) error
+	PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (node.ServiceWrite, error)
+	DeleteService(ctx context.Context, namespace, name string, dryRun bool, requestID string) (node.ServiceRecord, error)
+	Service(ctx context.Context, c node.Consistency, namespace, name string) (node.ServiceRecord, error)
+	Services(ctx context.Context, c node.Consistency, namespace string) ([]node.ServiceRecord, uint64, error)
+	ServiceNetwork(ctx context.Context, c node.Consistency) (fsm.ServiceNetwork, error)
+	SetServiceNetwork(ctx context.Context, sn fsm.ServiceNetwork, requestID string) error
+	Reconcile(ctx context.Context, fence uint64, listed []service.Spec, repair bool, requestID string) ([]fsm.Finding, uint64, error)
+	Import(ctx context.Context, specs []service.Spec, ras []node.RangeAllocation, requestID string) (node.ImportResult, error)
 	// AppliedIndex is the index a stale read reflects
 	// (X-Rangealloc-Applied-Index).
 	AppliedIndex() uint64
@@ -110,6 +122,14 @@ func (srv *Server) routes() {
 	m.HandleFunc("GET /v1/pools/{name}/allocations/{value}", srv.getAllocation)
 	m.HandleFunc("DELETE /v1/pools/{name}/allocations/{value}", accepts(jsonType, srv.release))
 	m.HandleFunc("POST /v1/txn", accepts(jsonType, srv.txn))
+	m.HandleFunc("PUT /v1/services/{namespace}/{name}", accepts(jsonType, srv.putService))
+	m.HandleFunc("GET /v1/services/{namespace}/{name}", srv.getService)
+	m.HandleFunc("DELETE /v1/services/{namespace}/{name}", accepts(jsonType, srv.deleteService))
+	m.HandleFunc("GET /v1/services", srv.listServices)
+	m.HandleFunc("GET /v1/service-network", srv.getServiceNetwork)
+	m.HandleFunc("PUT /v1/service-network", accepts(jsonType, srv.putServiceNetwork))
+	m.HandleFunc("POST /v1/reconcile", accepts(jsonType, srv.reconcile))
+	m.HandleFunc("POST /v1/import", accepts(jsonType, srv.importServices))
 	m.HandleFunc("GET /v1/cluster", srv.cluster)
 	m.HandleFunc("POST /v1/cluster/members", accepts(jsonType, srv.addMember))
 	m.HandleFunc("DELETE /v1/cluster/members/{id}", accepts(jsonType, srv.removeMember))
@@ -252,7 +272,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // short by the client, or too slow for the server's read timeout) is bad
 // input, like one that does not parse.
 func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	return decodeLimit(w, r, v, optional, MaxBody)
+}
+
+// decodeLimit is decode with a body limit of its own.
+func decodeLimit(w http.ResponseWriter, r *http.Request, v any, optional bool, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return err

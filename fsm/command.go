@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+
+	"github.com/rangealloc/rangealloc/service"
 )
 
 // EntryType is the first byte of every log entry rangealloc writes. Types
@@ -35,6 +37,21 @@ const (
 	// KindCreatePool keeps applying as it always did, without that check,
 	// so a log written before the rule existed replays the same.
 	KindCreatePoolExclusive Kind = 7
+	// KindSetServiceNetwork sets the service network (IfUnset: only when
+	// none is set).
+	KindSetServiceNetwork Kind = 8
+	// KindPutService creates or updates a Service and its values in one
+	// step (DryRun: answers and changes nothing).
+	KindPutService Kind = 9
+	// KindDeleteService deletes a Service and releases its values.
+	KindDeleteService Kind = 10
+	// KindReconcile compares listed Services with the pools and repairs
+	// what the fence allows (see reconcile.go).
+	KindReconcile Kind = 11
+	// KindImport creates Service records with their named values, and
+	// holds values no Service names for the owner "import", all or
+	// nothing.
+	KindImport Kind = 12
 )
 
 func (k Kind) String() string {
@@ -53,6 +70,16 @@ func (k Kind) String() string {
 		return "set-cluster-id"
 	case KindCreatePoolExclusive:
 		return "create-pool-exclusive"
+	case KindSetServiceNetwork:
+		return "set-service-network"
+	case KindPutService:
+		return "put-service"
+	case KindDeleteService:
+		return "delete-service"
+	case KindReconcile:
+		return "reconcile"
+	case KindImport:
+		return "import"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -64,6 +91,9 @@ type OpKind byte
 const (
 	OpAllocate OpKind = 1
 	OpRelease  OpKind = 2
+	// OpReleaseForce is a release that frees a value even when a Service
+	// holds it (OwnedByService otherwise).
+	OpReleaseForce OpKind = 3
 )
 
 // Limits every request is checked against, by the proposer and again in Apply.
@@ -116,6 +146,31 @@ type Request struct {
 	Member Member // KindSetMember; KindRemoveMember uses Member.ID
 
 	ClusterID string // KindSetClusterID: drawn by the proposer
+
+	// Service is the Service of KindPutService; KindDeleteService uses its
+	// Namespace and Name.
+	Service *service.Spec
+	// DryRun makes KindPutService and KindDeleteService answer what they
+	// would do and change nothing.
+	DryRun bool
+	// Network is the service network of KindSetServiceNetwork; IfUnset
+	// sets it only when none is set.
+	Network ServiceNetwork
+	IfUnset bool
+
+	// Services are the listed Services of KindReconcile (Fence, Repair
+	// as in ReconcileRequest) and the Services of KindImport.
+	Services []service.Spec
+	Fence    uint64
+	Repair   bool
+	// Held are the values KindImport holds for the owner "import".
+	Held []PoolValues
+}
+
+// PoolValues names values of one pool.
+type PoolValues struct {
+	Pool   string
+	Values []string
 }
 
 // Member is a row of the replicated member table.
@@ -152,6 +207,19 @@ func bodySize(r *Request) int {
 	for _, op := range r.Ops {
 		n += 1 + 4*v + len(op.Pool) + len(op.Value) + len(op.Owner)
 	}
+	if r.Service != nil {
+		n += specSize(r.Service)
+	}
+	for i := range r.Services {
+		n += specSize(&r.Services[i])
+	}
+	n += 4*v + len(r.Network.IPv4Pool) + len(r.Network.IPv6Pool) + len(r.Network.NodePortPool) + 8*len(r.Network.Families)
+	for _, h := range r.Held {
+		n += v + len(h.Pool)
+		for _, x := range h.Values {
+			n += v + len(x)
+		}
+	}
 	return n
 }
 
@@ -181,6 +249,30 @@ func encodeBody(e *encoder, r *Request) {
 		e.str(r.Member.ID)
 	case KindSetClusterID:
 		e.str(r.ClusterID)
+	case KindSetServiceNetwork:
+		encodeNetwork(e, r.Network)
+		e.bool(r.IfUnset)
+	case KindPutService, KindDeleteService:
+		spec := r.Service
+		if spec == nil {
+			spec = &service.Spec{}
+		}
+		encodeSpec(e, spec)
+		e.bool(r.DryRun)
+	case KindReconcile:
+		e.uvarint(r.Fence)
+		e.bool(r.Repair)
+		encodeSpecs(e, r.Services)
+	case KindImport:
+		encodeSpecs(e, r.Services)
+		e.uvarint(uint64(len(r.Held)))
+		for _, h := range r.Held {
+			e.str(h.Pool)
+			e.uvarint(uint64(len(h.Values)))
+			for _, v := range h.Values {
+				e.str(v)
+			}
+		}
 	}
 }
 
@@ -228,6 +320,27 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 			r.Member.ID = d.str(maxField)
 		case KindSetClusterID:
 			r.ClusterID = d.str(maxField)
+		case KindSetServiceNetwork:
+			r.Network = decodeNetwork(&d)
+			r.IfUnset = d.bool()
+		case KindPutService, KindDeleteService:
+			spec := decodeSpec(&d)
+			r.Service = &spec
+			r.DryRun = d.bool()
+		case KindReconcile:
+			r.Fence = d.uvarint()
+			r.Repair = d.bool()
+			r.Services = decodeSpecs(&d)
+		case KindImport:
+			r.Services = decodeSpecs(&d)
+			r.Held = make([]PoolValues, d.count(maxField, 2))
+			for j := range r.Held {
+				r.Held[j].Pool = d.str(maxField)
+				r.Held[j].Values = make([]string, d.count(1<<21, 1))
+				for k := range r.Held[j].Values {
+					r.Held[j].Values[k] = d.str(maxField)
+				}
+			}
 		default:
 			d.fail("request %d: unknown kind %d", i, r.Kind)
 		}

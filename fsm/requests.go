@@ -10,6 +10,8 @@ package fsm
 const (
 	RequestTableSize  = 100_000
 	RequestTableBytes = 256 << 20
+	// maxRememberedResult is the largest encoded result a snapshot holds.
+	maxRememberedResult = 1 << 20
 )
 
 type requestEntry struct {

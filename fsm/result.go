@@ -33,6 +33,13 @@ const (
 	// RPC: a node whose certificate names no member of the configuration
 	// asked for more than a probe or a join of itself.
 	CodePermissionDenied Code = "PermissionDenied"
+	// CodeInvalid: a Service write Kubernetes would reject (422), with the
+	// field in Error.Field and Kubernetes' message.
+	CodeInvalid Code = "Invalid"
+	// CodeServiceNotFound: no Service has that namespace and name.
+	CodeServiceNotFound Code = "ServiceNotFound"
+	// CodeOwnedByService: a plain release of a value a Service holds.
+	CodeOwnedByService Code = "OwnedByService"
 )
 
 // Error is a domain failure decided by the state machine: a definite
@@ -45,6 +52,9 @@ type Error struct {
 	Message string
 	Op      int
 	Owner   string
+	// Field is the field path of a CodeInvalid (or RangeFull) error of a
+	// Service write: "spec.ports[1].nodePort".
+	Field string
 	// Node describes the node a join refused (NodeNotEmpty); nil
 	// otherwise. Never part of a remembered result.
 	Node *NodeDetails
@@ -90,6 +100,14 @@ type Result struct {
 	Created bool
 	// Index is the log index of the entry that carried the request.
 	Index uint64
+	// Service is the Service a put or delete wrote, removed, or (dry run)
+	// would have.
+	Service *ServiceRecord
+	// Findings are what a reconcile found.
+	Findings []Finding
+	// Imported and Count are the Services and values an import created.
+	Imported int
+	Count    int
 }
 
 func encodeResult(e *encoder, r *Result) {
@@ -116,7 +134,41 @@ func encodeResult(e *encoder, r *Result) {
 			e.uvarint(a.Revision)
 		}
 	}
+	// The extension: results written before Services existed end here.
+	if (r.Err == nil || r.Err.Field == "") && r.Service == nil && len(r.Findings) == 0 && r.Imported == 0 && r.Count == 0 {
+		return
+	}
+	e.u8(extensionServices)
+	if r.Err != nil {
+		e.str(r.Err.Field)
+	} else {
+		e.str("")
+	}
+	if r.Service != nil {
+		e.u8(1)
+		encodeSpec(e, &r.Service.Spec)
+		e.uvarint(r.Service.Revision)
+	} else {
+		e.u8(0)
+	}
+	e.uvarint(uint64(len(r.Findings)))
+	for _, f := range r.Findings {
+		e.str(f.Type)
+		e.str(f.Pool)
+		e.str(f.Value)
+		e.str(f.Service)
+		e.str(f.Owner)
+		e.str(f.Reason)
+		e.str(f.Message)
+		e.bool(f.Repaired)
+	}
+	e.uvarint(uint64(r.Imported))
+	e.uvarint(uint64(r.Count))
 }
+
+// extensionServices marks the part of an encoded result that Services
+// added.
+const extensionServices = 'S'
 
 // EncodeResult returns the binary form of r, as stored in snapshots.
 func EncodeResult(r *Result) []byte {
@@ -155,6 +207,25 @@ func decodeResult(b []byte, check bool) (*Result, error) {
 			r.Ops[i][j] = Allocation{Pool: d.str(maxField), Value: d.str(maxField), Owner: d.str(maxField),
 				Static: d.bool(), InStatic: d.bool(), Revision: d.uvarint()}
 		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		if d.u8() != extensionServices {
+			d.fail("unknown result extension")
+		}
+		if field := d.str(maxField); r.Err != nil {
+			r.Err.Field = field
+		}
+		if d.bool() {
+			r.Service = &ServiceRecord{Spec: decodeSpec(&d), Revision: d.uvarint()}
+		}
+		if n := d.count(maxEntryServices*4, 8); n > 0 {
+			r.Findings = make([]Finding, n)
+			for i := range r.Findings {
+				r.Findings[i] = Finding{Type: d.str(maxField), Pool: d.str(maxField), Value: d.str(maxField), Service: d.str(maxField),
+					Owner: d.str(maxField), Reason: d.str(maxField), Message: d.str(maxField), Repaired: d.bool()}
+			}
+		}
+		r.Imported, r.Count = int(d.uvarint()), int(d.uvarint())
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("result: %w", err)

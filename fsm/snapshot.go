@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/rangealloc/rangealloc/snapshot"
 )
 
@@ -16,7 +17,11 @@ var _ raft.FSMSnapshot = (*state)(nil)
 // request table are immutable and shared.
 func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
-		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID}
+		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID,
+		network: s.network, services: make(map[string]*ServiceRecord, len(s.services))}
+	for k, r := range s.services { // records are replaced, never changed: share them
+		c.services[k] = r
+	}
 	for name, p := range s.pools {
 		c.pools[name] = &pool{name: p.name, p: p.p.Clone(), recs: p.recs.clone()}
 	}
@@ -60,6 +65,16 @@ func (s *state) export() *snapshot.State {
 		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
+	if s.network.Set() {
+		out.Network = &snapshot.Network{IPv4Pool: s.network.IPv4Pool, IPv6Pool: s.network.IPv6Pool, NodePortPool: s.network.NodePortPool}
+		for _, f := range s.network.Families {
+			out.Network.Families = append(out.Network.Families, string(f))
+		}
+	}
+	for _, key := range s.serviceKeys() {
+		r := s.services[key]
+		out.Services = append(out.Services, snapshot.Service{Key: key, Revision: r.Revision, Spec: EncodeSpec(&r.Spec)})
+	}
 	return out
 }
 
@@ -118,6 +133,26 @@ func importState(ss *snapshot.State) (*state, error) {
 	}
 	for _, m := range ss.Members {
 		s.members[m.ID] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr}
+	}
+	if ss.Network != nil {
+		n := ServiceNetwork{IPv4Pool: ss.Network.IPv4Pool, IPv6Pool: ss.Network.IPv6Pool, NodePortPool: ss.Network.NodePortPool}
+		for _, f := range ss.Network.Families {
+			n.Families = append(n.Families, service.Family(f))
+		}
+		if err := s.checkNetwork(n); err != nil {
+			return nil, fmt.Errorf("snapshot: service network: %w", err)
+		}
+		s.network = n
+	}
+	for _, sv := range ss.Services {
+		spec, err := DecodeSpec(sv.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: Service %q: %w", sv.Key, err)
+		}
+		if err := ValidateServiceName(spec.Namespace, spec.Name); err != nil || spec.Namespace+"/"+spec.Name != sv.Key || sv.Revision == 0 {
+			return nil, fmt.Errorf("snapshot: Service %q: bad record", sv.Key)
+		}
+		s.services[sv.Key] = &ServiceRecord{Spec: spec, Revision: sv.Revision}
 	}
 	return s, nil
 }

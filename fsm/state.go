@@ -19,10 +19,15 @@ type state struct {
 	// clusterID is the cluster's ID: "" until the first leader's
 	// set-cluster-id request is applied, then never changed.
 	clusterID string
+	// network is the service network; services the Service records by
+	// "namespace/name".
+	network  ServiceNetwork
+	services map[string]*ServiceRecord
 }
 
 func newState() *state {
-	return &state{pools: make(map[string]*pool), requests: newRequestTable(), members: make(map[string]Member)}
+	return &state{pools: make(map[string]*pool), requests: newRequestTable(), members: make(map[string]Member),
+		services: make(map[string]*ServiceRecord)}
 }
 
 // apply applies one request carried by the entry at index and returns its result.
@@ -47,8 +52,16 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	}
 	res := s.execute(index, r)
 	res.Index = index
-	if r.ID != "" {
-		s.requests.put(&requestEntry{id: r.ID, fp: fp, index: index, result: EncodeResult(res)})
+	if r.ID != "" && !r.DryRun {
+		enc := EncodeResult(res)
+		if len(enc) > maxRememberedResult {
+			// A reconcile's findings can outgrow what a snapshot keeps of
+			// one result; a retry then gets the result without them.
+			trimmed := *res
+			trimmed.Findings = nil
+			enc = EncodeResult(&trimmed)
+		}
+		s.requests.put(&requestEntry{id: r.ID, fp: fp, index: index, result: enc})
 	}
 	return res
 }
@@ -77,6 +90,16 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		return &Result{}
 	case KindSetClusterID:
 		return s.setClusterID(r.ClusterID)
+	case KindSetServiceNetwork:
+		return s.setNetwork(r.Network, r.IfUnset)
+	case KindPutService:
+		return s.putService(index, r)
+	case KindDeleteService:
+		return s.deleteService(r)
+	case KindReconcile:
+		return s.reconcile(index, r)
+	case KindImport:
+		return s.importServices(index, r)
 	}
 	return &Result{Err: errorf(CodeInvalidArgument, "unknown request kind %d", r.Kind)}
 }
@@ -176,16 +199,7 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	for i, op := range r.Ops {
 		allocs, err := s.op(index, &op, &rnd, &undos)
 		if err != nil {
-			for j := len(undos) - 1; j >= 0; j-- {
-				u := undos[j]
-				if u.rel {
-					u.p.p.Bitmap().Allocate(u.off)
-					u.p.recs.set(u.off, u.rec)
-				} else {
-					u.p.p.Bitmap().Release(u.off)
-					u.p.recs.set(u.off, record{})
-				}
-			}
+			revert(undos)
 			err.Op = i
 			return &Result{Err: err}
 		}
@@ -202,7 +216,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocati
 	if !ok {
 		return nil, errorf(CodePoolNotFound, "pool %q not found", op.Pool)
 	}
-	if op.Kind == OpRelease {
+	if op.Kind == OpRelease || op.Kind == OpReleaseForce {
 		off, err := p.offset(op.Value)
 		if err != nil {
 			return nil, err
@@ -214,6 +228,10 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocati
 		if op.Owner != "" && rec.owner != op.Owner {
 			return nil, &Error{Code: CodeOwnerMismatch, Op: -1, Owner: rec.owner,
 				Message: "value " + op.Value + " is held by another owner"}
+		}
+		if key := s.ownedByService(rec.owner); key != "" && op.Kind != OpReleaseForce {
+			return nil, &Error{Code: CodeOwnedByService, Op: -1, Owner: rec.owner,
+				Message: fmt.Sprintf("%s is held by Service %s: delete or change the Service, or release with force", op.Value, key)}
 		}
 		freed := p.allocation(off)
 		p.p.Bitmap().Release(off)
@@ -262,11 +280,11 @@ func ValidateMember(m Member) *Error {
 // checkOp validates an operation's fields, independent of state.
 func checkOp(op *Op) *Error {
 	switch {
-	case op.Kind != OpAllocate && op.Kind != OpRelease:
+	case op.Kind != OpAllocate && op.Kind != OpRelease && op.Kind != OpReleaseForce:
 		return errorf(CodeInvalidArgument, "unknown operation kind %d", op.Kind)
 	case len(op.Owner) > MaxOwnerLen:
 		return errorf(CodeInvalidArgument, "owner is %d bytes long; at most %d", len(op.Owner), MaxOwnerLen)
-	case op.Kind == OpRelease && op.Value == "":
+	case op.Kind != OpAllocate && op.Value == "":
 		return errorf(CodeInvalidArgument, "a release names a value")
 	case op.Count < 0 || op.Count > MaxCount:
 		return errorf(CodeInvalidArgument, "count %d: want 1 to %d", op.Count, MaxCount)

@@ -51,6 +51,9 @@ type Config struct {
 	// Pools are created when this node bootstraps a new cluster (no state,
 	// and no Join): the first leader creates them.
 	Pools []PoolSpec
+	// ServiceNetwork is set as the cluster's service network by a leader
+	// that finds none, once the pools it names exist. Nil: none.
+	ServiceNetwork *fsm.ServiceNetwork
 	// Logger receives the node's and Raft's logs. Nil: discard.
 	Logger hclog.Logger
 	// ServerTLS and ClientTLS, given together, make the Raft and

@@ -419,6 +419,7 @@ func (n *Node) establish() {
 		}
 	}
 	if !n.bootstrapped {
+		n.ensureServiceNetwork(ctx)
 		return
 	}
 	for _, p := range n.cfg.Pools {
@@ -435,6 +436,7 @@ func (n *Node) establish() {
 			n.logger.Info("created pool", "pool", p.Name, "range", p.Range)
 		}
 	}
+	n.ensureServiceNetwork(ctx)
 }
 
 // Close shuts the node down. A leader with other voters hands leadership

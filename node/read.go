@@ -168,6 +168,17 @@ func (n *Node) readLocal(args *readArgs) *readReply {
 			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: werr.Error()}
 		}
 		r.Data = buf.b
+	case "service":
+		var rec fsm.ServiceRecord
+		if rec, err = n.fsm.Service(args.Namespace, args.Name); err == nil {
+			r.Services = []fsm.ServiceRecord{rec}
+		}
+	case "services":
+		r.Services, r.Index = n.fsm.Services(args.Namespace)
+	case "service-network":
+		r.Network = n.fsm.ServiceNetwork()
+	case "reconcile":
+		r.Findings, r.Index, err = n.fsm.Reconcile(args.Fence, args.Services)
 	default:
 		err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "unknown read " + args.Op}
 	}

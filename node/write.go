@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -41,6 +42,12 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 	if len(requestID) > fsm.MaxRequestID {
 		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
 			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(requestID), fsm.MaxRequestID)}
+	}
+	for i, op := range ops {
+		if op.Kind == fsm.OpAllocate && strings.HasPrefix(op.Owner, fsm.ServiceOwnerPrefix) {
+			return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: i,
+				Message: fmt.Sprintf("owner %q: owners under %q are the Services' own; write the Service instead", op.Owner, fsm.ServiceOwnerPrefix)}
+		}
 	}
 	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindTxn, ID: requestID, Ops: ops})
 	if err != nil {

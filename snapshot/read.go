@@ -216,6 +216,11 @@ func (d *decoder) state() (*State, error) {
 		}
 		s.FromBackup = p[0]&flagBackup != 0
 	}
+	if d.version >= 3 {
+		if err := d.services(s); err != nil {
+			return nil, err
+		}
+	}
 	return s, d.trailer()
 }
 

@@ -123,13 +123,23 @@ var damaged = []struct {
 	{"wrong magic", func() []byte { b := encodedSample(); b[1] = 'r'; return b }, ErrMagic, "want 89 52 41 53 0d 0a 1a 0a"},
 	{"unknown cluster flags", func() []byte { return header(2).u8('P', 0).noRequests().u8('C', 0, 2).sealed() }, ErrCorrupt,
 		"cluster flags 0x02: unknown bits"},
-	{"version 3", func() []byte { return header(3).u8('P', 0).noRequests().sealed() }, ErrVersion, "version 3: this build reads versions 1 to 2"},
+	{"version 4", func() []byte { return header(4).u8('P', 0).noRequests().sealed() }, ErrVersion, "version 4: this build reads versions 1 to 3"},
+	{"version 3 without its services section", func() []byte { return header(3).u8('P', 0).noRequests().u8('C', 0, 0).sealed() }, ErrCorrupt,
+		"where the services section tag 'S' belongs"},
+	{"unknown network flag", func() []byte { return header(3).u8('P', 0).noRequests().u8('C', 0, 0, 'S', 2, 0).sealed() }, ErrCorrupt,
+		"service network flag 0x02"},
+	{"Service revision 0", func() []byte {
+		return header(3).u8('P', 0).noRequests().u8('C', 0, 0, 'S', 0, 1, 3, 'n', '/', 's', 0, 1, 1).sealed()
+	}, ErrCorrupt, "revision 0"},
+	{"Services out of order", func() []byte {
+		return header(3).u8('P', 0).noRequests().u8('C', 0, 0, 'S', 0, 2, 3, 'n', '/', 't', 1, 1, 1, 3, 'n', '/', 's', 1, 1, 1).sealed()
+	}, ErrCorrupt, "sorts before"},
 	{"version 2 without its cluster section", func() []byte { return header(2).u8('P', 0).noRequests().sealed() }, ErrCorrupt,
 		"found 0x40 where the cluster section tag 'C' belongs"},
 	{"version 0", func() []byte { return header(0).u8('P', 0).noRequests().sealed() }, ErrVersion, "version 0"},
 	{"checksum mismatch", func() []byte { b := encodedSample(); b[len(b)-1] ^= 1; return b }, ErrCorrupt,
 		"checksum mismatch: stored 0x"},
-	{"body byte changed", func() []byte { b := encodedSample(); b[len(b)-9] ^= 0x20; return b }, ErrCorrupt,
+	{"body byte changed", func() []byte { b := encodedSample(); b[len(b)-6] ^= 0x20; return b }, ErrCorrupt,
 		"checksum mismatch"},
 	{"trailing data", func() []byte { return append(encodedSample(), 0) }, ErrCorrupt, "trailing data after the checksum"},
 	{"snapshot twice", func() []byte { return append(encodedSample(), encodedSample()...) }, ErrCorrupt, "trailing data"},

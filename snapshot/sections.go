@@ -213,3 +213,72 @@ func (d *decoder) member(members []Member) (Member, error) {
 	m.APIAddr, err = d.str("API address", 0, maxAddr)
 	return m, err
 }
+
+// services reads the services section: the service network, then the
+// Service records.
+func (d *decoder) services(s *State) error {
+	if err := d.tag(tagSvc, "services"); err != nil {
+		return err
+	}
+	start := d.off()
+	p, err := d.next("service network flag", 1)
+	if err != nil {
+		return err
+	}
+	switch p[0] {
+	case 0:
+	case 1:
+		n := &Network{}
+		k, err := d.length("family count", 1, maxFamilies)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < k; i++ {
+			f, err := d.str("family", 1, 4)
+			if err != nil {
+				return err
+			}
+			n.Families = append(n.Families, f)
+		}
+		if n.IPv4Pool, err = d.str("IPv4 pool", 0, maxName); err != nil {
+			return err
+		}
+		if n.IPv6Pool, err = d.str("IPv6 pool", 0, maxName); err != nil {
+			return err
+		}
+		if n.NodePortPool, err = d.str("node-port pool", 0, maxName); err != nil {
+			return err
+		}
+		if err := validateNetwork(n); err != nil {
+			return corrupt(start, fmt.Errorf("service network: %w", err))
+		}
+		s.Network = n
+	default:
+		return corrupt(start, fmt.Errorf("service network flag 0x%02x, want 0 or 1", p[0]))
+	}
+	count, err := d.uvarint("Service count")
+	if err != nil {
+		return err
+	}
+	for i := uint64(0); i < count; i++ {
+		var sv Service
+		start := d.off()
+		if sv.Key, err = d.str("Service key", 3, maxSvcKey); err != nil {
+			return fmt.Errorf("%w (Service %d)", err, i)
+		}
+		if sv.Revision, err = d.uvarint("Service revision"); err != nil {
+			return fmt.Errorf("%w (Service %d)", err, i)
+		}
+		if sv.Spec, err = d.bytes("Service spec", maxSpec); err != nil {
+			return fmt.Errorf("%w (Service %d)", err, i)
+		}
+		if err := validateService(&sv, len(s.Services), append(s.Services, sv)); err != nil {
+			return corrupt(start, fmt.Errorf("Service %d%s: %w", i, where(sv.Key, "", -1), err))
+		}
+		if len(s.Services) == cap(s.Services) {
+			s.Services = grow(s.Services, count)
+		}
+		s.Services = append(s.Services, sv)
+	}
+	return nil
+}

@@ -56,6 +56,11 @@ func sample() *State {
 			{ID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "10.0.0.1:8080"},
 			{ID: "node-2", RaftAddr: "10.0.0.2:7000"},
 		},
+		Network: &Network{Families: []string{"IPv4", "IPv6"}, IPv4Pool: "cluster-ips", IPv6Pool: "empty", NodePortPool: "node-ports"},
+		Services: []Service{
+			{Key: "default/dns", Revision: 9, Spec: []byte("spec bytes of default/dns")},
+			{Key: "kube-system/web", Revision: 12, Spec: []byte{1, 2, 3}},
+		},
 	}
 }
 
@@ -168,8 +173,28 @@ func sealedHex(t *testing.T, body []byte) []byte {
 func TestLayout(t *testing.T) {
 	s := *layoutState
 	s.ClusterID, s.FromBackup = "c1", true
-	want := sealedHex(t, layoutBody("00000002", "43 02 6331 01")) // 'C', "c1", from a backup
+	want := sealedHex(t, layoutBody("00000003", "43 02 6331 01", "53 00 00")) // 'C', "c1", from a backup; 'S', no network, no Services
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+
+	s.Network = &Network{Families: []string{"IPv4"}, IPv4Pool: "a", NodePortPool: "p"}
+	s.Services = []Service{{Key: "n/s", Revision: 7, Spec: []byte{0xee}}}
+	want = sealedHex(t, layoutBody("00000003", "43 02 6331 01",
+		"53 01 01 0449507634 01 61 00 01 70", // 'S', a network: ["IPv4"], "a", "", "p"
+		"01 03 6e2f73 07 01 ee"))             // 1 Service: "n/s", revision 7, spec ee
+	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+	got, err := Read(bytes.NewReader(want))
+	require.NoError(t, err)
+	require.Equal(t, &s, got)
+}
+
+// TestReadsVersion2: a snapshot written before the services section
+// existed still restores, with no service network and no Services.
+func TestReadsVersion2(t *testing.T) {
+	got, err := Read(bytes.NewReader(sealedHex(t, layoutBody("00000002", "43 02 6331 01"))))
+	require.NoError(t, err)
+	want := *layoutState
+	want.ClusterID, want.FromBackup = "c1", true
+	require.Equal(t, &want, got)
 }
 
 // TestReadsVersion1: a snapshot written before the cluster section

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math/bits"
@@ -26,6 +27,29 @@ type State struct {
 	// state, whatever its index. A snapshot without it is refused by a
 	// state machine that has applied past its index.
 	FromBackup bool
+	// Network is the service network, nil when none is set (and in
+	// snapshots before version 3).
+	Network *Network
+	// Services are the Service records, sorted by Key; keys are unique.
+	Services []Service
+}
+
+// Network is the service network: its IP families in order ("IPv4",
+// "IPv6"), the pool of each, and the node-port pool.
+type Network struct {
+	Families     []string
+	IPv4Pool     string
+	IPv6Pool     string
+	NodePortPool string
+}
+
+// Service is a Service record: its key ("namespace/name"), the log index
+// of its last write, and its spec in the state machine's encoding
+// (opaque to this package).
+type Service struct {
+	Key      string
+	Revision uint64
+	Spec     []byte
 }
 
 // Pool is a Kubernetes RangeAllocation record plus one record per allocated
@@ -68,12 +92,13 @@ type Member struct {
 // Format constants; doc.go draws the layout.
 const (
 	magic      = "\x89RAS\r\n\x1a\n"
-	version    = 2 // what Write writes; Read also reads version 1, which has no cluster section
+	version    = 3 // what Write writes; Read also reads 1 (no cluster section) and 2 (no services section)
 	headerSize = len(magic) + 4 + 8 + 8
 	tagPools   = 'P'
 	tagReqs    = 'R'
 	tagMembers = 'M'
 	tagCluster = 'C'
+	tagSvc     = 'S'
 	flagBackup = 1 << 0 // the cluster section's flags
 	flagStatic = 1 << 0
 	bufSize    = 64 << 10
@@ -91,6 +116,9 @@ const (
 	maxMemberID = 128
 	maxAddr     = 256
 	maxCluster  = 64
+	maxSvcKey   = 127 // a 63-byte namespace, "/", a 63-byte name
+	maxSpec     = 1 << 20
+	maxFamilies = 2
 	// maxPrealloc is the first capacity of a slice whose length was read
 	// off the stream; it grows from there as elements arrive.
 	maxPrealloc = 1024
@@ -191,7 +219,53 @@ func validate(s *State) error {
 	if err := checkClusterID(s.ClusterID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := validateNetwork(s.Network); err != nil {
+		return fmt.Errorf("%w: service network: %w", ErrInvalid, err)
+	}
+	for i, sv := range s.Services {
+		if err := validateService(&sv, i, s.Services); err != nil {
+			return fmt.Errorf("%w: Service %d%s: %w", ErrInvalid, i, where(sv.Key, "", -1), err)
+		}
+	}
 	return nil
+}
+
+func validateNetwork(n *Network) error {
+	if n == nil {
+		return nil
+	}
+	if len(n.Families) < 1 || len(n.Families) > maxFamilies {
+		return fmt.Errorf("%d families, want 1 or 2", len(n.Families))
+	}
+	for _, f := range n.Families {
+		if f != "IPv4" && f != "IPv6" {
+			return fmt.Errorf("family %q, want IPv4 or IPv6", f)
+		}
+	}
+	for _, p := range []string{n.IPv4Pool, n.IPv6Pool, n.NodePortPool} {
+		if err := checkLen("pool name", uint64(len(p)), 0, maxName); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateService(sv *Service, i int, all []Service) error {
+	if err := checkLen("Service key", uint64(len(sv.Key)), 3, maxSvcKey); err != nil {
+		return err
+	}
+	if err := checkPrintable("Service key", sv.Key); err != nil {
+		return err
+	}
+	if i > 0 {
+		if err := checkOrder("Service key", i, all[i-1].Key, sv.Key); err != nil {
+			return err
+		}
+	}
+	if sv.Revision == 0 {
+		return errors.New("revision 0")
+	}
+	return checkLen("Service spec", uint64(len(sv.Spec)), 1, maxSpec)
 }
 
 // checkClusterID checks a cluster ID: at most 64 bytes of printable ASCII.

@@ -37,6 +37,7 @@ func encode(w io.Writer, s *State) error {
 		flags |= flagBackup
 	}
 	e.byte(flags)
+	e.services(s.Network, s.Services)
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}
@@ -141,5 +142,27 @@ func (e *encoder) members(members []Member) {
 		e.str(m.ID)
 		e.str(m.RaftAddr)
 		e.str(m.APIAddr)
+	}
+}
+
+func (e *encoder) services(n *Network, svcs []Service) {
+	e.byte(tagSvc)
+	if n == nil {
+		e.byte(0)
+	} else {
+		e.byte(1)
+		e.uvarint(uint64(len(n.Families)))
+		for _, f := range n.Families {
+			e.str(f)
+		}
+		e.str(n.IPv4Pool)
+		e.str(n.IPv6Pool)
+		e.str(n.NodePortPool)
+	}
+	e.uvarint(uint64(len(svcs)))
+	for i := 0; i < len(svcs) && e.err == nil; i++ {
+		e.str(svcs[i].Key)
+		e.uvarint(svcs[i].Revision)
+		e.bytes(svcs[i].Spec)
 	}
 }

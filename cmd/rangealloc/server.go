@@ -22,7 +22,9 @@ import (
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/certs"
+	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/spf13/cobra"
 )
 
@@ -153,6 +155,27 @@ func (f *serverFlags) pools() ([]node.PoolSpec, error) {
 	return out, nil
 }
 
+// serviceNetwork is the service network of the bootstrap pools: the
+// families in the order of --service-cidr, and the node-port pool. Nil
+// when they lack an IP family or the node ports.
+func serviceNetwork(pools []node.PoolSpec) *fsm.ServiceNetwork {
+	sn := &fsm.ServiceNetwork{}
+	for _, p := range pools {
+		switch p.Name {
+		case "clusterip-ipv4":
+			sn.Families, sn.IPv4Pool = append(sn.Families, service.IPv4), p.Name
+		case "clusterip-ipv6":
+			sn.Families, sn.IPv6Pool = append(sn.Families, service.IPv6), p.Name
+		case "nodeport":
+			sn.NodePortPool = p.Name
+		}
+	}
+	if len(sn.Families) == 0 || sn.NodePortPool == "" {
+		return nil
+	}
+	return sn
+}
+
 // parsePeers parses id=raftAddr=httpAddr,...
 func parsePeers(s string) ([]node.Peer, error) {
 	var out []node.Peer
@@ -216,6 +239,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
+	cfg.ServiceNetwork = serviceNetwork(pools)
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
 	if f.join != "" {
 		// The member's API is asked with --cacert/--cert/--key, or else

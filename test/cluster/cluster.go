@@ -377,9 +377,11 @@ func (c *Cluster) EnsureSame(t testing.TB) {
 }
 
 // Dump returns a comparable picture of a replica's state: per pool the
-// RangeAllocation record and every allocation, plus the member table.
+// RangeAllocation record and every allocation, plus the member table, the
+// service network and the Service records.
 func Dump(f *fsm.FSM) map[string]any {
-	out := map[string]any{"members": f.Members()}
+	svcs, _ := f.Services("")
+	out := map[string]any{"members": f.Members(), "network": f.ServiceNetwork(), "services": svcs}
 	for _, p := range f.Pools() {
 		rng, data, err := f.RangeAllocation(p.Name)
 		if err != nil {

@@ -4,14 +4,22 @@
 // here keeps them out of package node's API.
 package wire
 
-import "github.com/rangealloc/rangealloc/fsm"
+import (
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/service"
+)
 
 // ReadArgs names a read.
 type ReadArgs struct {
-	Op                        string // "get", "list", "pool", "pools", "rangeallocation", "backup"
+	Op                        string // "get", "list", "pool", "pools", "rangeallocation", "backup", "service", "services", "service-network", "reconcile"
 	Pool, Value, Owner, After string
 	Limit                     int
 	Consistency               int
+	// Namespace and Name name a Service ("service"; "services" uses
+	// Namespace); Fence and Services are a reconcile's.
+	Namespace, Name string
+	Fence           uint64
+	Services        []service.Spec
 }
 
 // Pool is a pool's status with its range as a string.
@@ -29,6 +37,12 @@ type ReadReply struct {
 	Range  string
 	Data   []byte
 	Err    *fsm.Error
+	// Services, Network, Findings and Index answer the Service reads:
+	// Index is the applied index the answer was read at.
+	Services []fsm.ServiceRecord
+	Network  fsm.ServiceNetwork
+	Findings []fsm.Finding
+	Index    uint64
 }
 
 // Error carries a node error, keeping its class.

@@ -1,0 +1,160 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/service"
+	"github.com/stretchr/testify/require"
+)
+
+// svcFSM is a state machine with a dual-stack service network.
+type svcFSM struct {
+	t   *testing.T
+	f   *FSM
+	idx uint64
+}
+
+func newSvcFSM(t *testing.T, ipv4, ports string) *svcFSM {
+	h := &svcFSM{t: t, f: New(nil)}
+	require.Nil(t, h.apply(&Request{Kind: KindCreatePool, Pool: "clusterip-ipv4", Range: ipv4}).Err)
+	require.Nil(t, h.apply(&Request{Kind: KindCreatePool, Pool: "clusterip-ipv6", Range: "fd00::/120"}).Err)
+	require.Nil(t, h.apply(&Request{Kind: KindCreatePool, Pool: "nodeport", Range: ports}).Err)
+	require.Nil(t, h.apply(&Request{Kind: KindSetServiceNetwork, Network: ServiceNetwork{
+		Families: []service.Family{service.IPv4, service.IPv6}, IPv4Pool: "clusterip-ipv4", IPv6Pool: "clusterip-ipv6", NodePortPool: "nodeport"}}).Err)
+	return h
+}
+
+func (h *svcFSM) apply(r *Request) *Result {
+	h.idx++
+	if r.Seed == 0 {
+		r.Seed = h.idx * 7919
+	}
+	resp := h.f.Apply(&raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: EncodeBatch([]*Request{r})}).(*Response)
+	return resp.Results[0]
+}
+
+func (h *svcFSM) put(s service.Spec) *Result {
+	return h.apply(&Request{Kind: KindPutService, Service: &s})
+}
+
+func nodePortSpec(ns, name string, ports ...int32) service.Spec {
+	s := service.Spec{Namespace: ns, Name: name, Type: service.TypeNodePort}
+	for i, p := range ports {
+		s.Ports = append(s.Ports, service.Port{Name: string(rune('a' + i)), Port: p})
+	}
+	return s
+}
+
+func TestPutServiceAllocatesInOneEntry(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	res := h.put(nodePortSpec("default", "web", 80, 443))
+	require.Nil(t, res.Err)
+	require.True(t, res.Created)
+	rec := res.Service
+	require.Len(t, rec.Spec.ClusterIPs, 1)
+	require.NotZero(t, rec.Spec.Ports[0].NodePort)
+	require.NotZero(t, rec.Spec.Ports[1].NodePort)
+	require.Equal(t, h.idx, rec.Revision)
+	a, err := h.f.Get("clusterip-ipv4", rec.Spec.ClusterIPs[0])
+	require.NoError(t, err)
+	require.Equal(t, "services/default/web", a.Owner)
+
+	// The same write again changes nothing and keeps the revision.
+	again := h.put(nodePortSpec("default", "web", 80, 443))
+	require.Nil(t, again.Err)
+	require.False(t, again.Created)
+	require.Equal(t, rec.Revision, again.Service.Revision)
+	require.Equal(t, rec.Spec, again.Service.Spec)
+
+	// A plain release of a Service's value is refused, unless forced.
+	np := fmt.Sprint(rec.Spec.Ports[0].NodePort)
+	rel := h.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpRelease, Pool: "nodeport", Value: np}}})
+	require.Equal(t, CodeOwnedByService, rel.Err.Code)
+
+	// Type change to ClusterIP releases both node ports, keeps the IP.
+	ci := h.put(service.Spec{Namespace: "default", Name: "web", Type: service.TypeClusterIP, Ports: []service.Port{{Name: "a", Port: 80}, {Name: "b", Port: 443}}})
+	require.Nil(t, ci.Err)
+	require.Equal(t, rec.Spec.ClusterIPs, ci.Service.Spec.ClusterIPs)
+	_, err = h.f.Get("nodeport", np)
+	require.ErrorIs(t, err, &Error{Code: CodeNotAllocated})
+
+	// Delete releases exactly the Service's values.
+	del := h.apply(&Request{Kind: KindDeleteService, Service: &service.Spec{Namespace: "default", Name: "web"}})
+	require.Nil(t, del.Err)
+	_, err = h.f.Get("clusterip-ipv4", rec.Spec.ClusterIPs[0])
+	require.ErrorIs(t, err, &Error{Code: CodeNotAllocated})
+	gone := h.apply(&Request{Kind: KindDeleteService, Service: &service.Spec{Namespace: "default", Name: "web"}})
+	require.Equal(t, CodeServiceNotFound, gone.Err.Code)
+}
+
+func TestPutServiceTakenValueIsInvalidAndChangesNothing(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	require.Nil(t, h.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpAllocate, Pool: "nodeport", Value: "30005", Owner: "someone"}}}).Err)
+	before := h.f.Pools()
+	s := nodePortSpec("default", "web", 80, 443)
+	s.Ports[1].NodePort = 30005
+	res := h.put(s)
+	require.Equal(t, CodeInvalid, res.Err.Code)
+	require.Equal(t, "spec.ports[1].nodePort", res.Err.Field)
+	require.Equal(t, `Service "web" is invalid: spec.ports[1].nodePort: Invalid value: 30005: provided port is already allocated`, res.Err.Message)
+	require.Equal(t, before, h.f.Pools(), "a refused write leaves no value allocated")
+	_, err := h.f.Service("default", "web")
+	require.ErrorIs(t, err, &Error{Code: CodeServiceNotFound})
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	s := nodePortSpec("default", "web", 80)
+	res := h.apply(&Request{Kind: KindPutService, Service: &s, DryRun: true, ID: "k"})
+	require.Nil(t, res.Err)
+	require.True(t, res.Created)
+	require.NotZero(t, res.Service.Spec.Ports[0].NodePort)
+	for _, p := range h.f.Pools() {
+		require.Zero(t, p.Used, p.Name)
+	}
+	_, err := h.f.Service("default", "web")
+	require.Error(t, err)
+	_, remembered := h.f.RequestResult("k")
+	require.False(t, remembered)
+}
+
+func TestRangeFullNamesTheField(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/30", "30000-30001")
+	require.Nil(t, h.put(nodePortSpec("default", "a", 80, 81)).Err)
+	res := h.put(nodePortSpec("default", "b", 80))
+	require.Equal(t, CodeRangeFull, res.Err.Code)
+	require.Equal(t, "spec.ports[0].nodePort", res.Err.Field)
+}
+
+func TestServicesSurviveSnapshot(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	require.Nil(t, h.put(nodePortSpec("default", "web", 80, 443)).Err)
+	require.Nil(t, h.put(service.Spec{Namespace: "kube-system", Name: "dns", IPFamilyPolicy: service.RequireDualStack}).Err)
+	var buf bytes.Buffer
+	require.NoError(t, h.f.WriteBackup(&buf))
+	g := New(nil)
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))))
+	want, _ := h.f.Services("")
+	got, _ := g.Services("")
+	require.Equal(t, want, got)
+	require.Equal(t, h.f.ServiceNetwork(), g.ServiceNetwork())
+}
+
+func TestResultWithServiceRoundTrips(t *testing.T) {
+	yes := true
+	r := &Result{Index: 9, Err: &Error{Code: CodeInvalid, Message: "m", Op: -1, Field: "spec.ports[0].nodePort"},
+		Service:  &ServiceRecord{Revision: 4, Spec: service.Spec{Namespace: "a", Name: "b", HasSelector: &yes, Ports: []service.Port{{Name: "x", Protocol: "TCP", Port: 80, NodePort: 30001}}}},
+		Findings: []Finding{{Type: FindingLeak, Pool: "p", Value: "v", Owner: "o", Reason: "PortLeaked", Message: "m", Repaired: true}},
+		Imported: 3, Count: 5}
+	got, err := DecodeResult(EncodeResult(r))
+	require.NoError(t, err)
+	require.Equal(t, r, got)
+	old := &Result{Index: 2, Ops: [][]Allocation{{{Pool: "p", Value: "1", Revision: 2}}}}
+	got, err = DecodeResult(EncodeResult(old))
+	require.NoError(t, err)
+	require.Equal(t, old, got)
+}
