@@ -11,9 +11,19 @@ import (
 	"github.com/rangealloc/rangealloc/api/types"
 )
 
-// ErrInput is what every conversion error matches: the input is not JSON,
-// not the kind of object asked for, or an item lacks what rangealloc needs.
-var ErrInput = errors.New("kube")
+// ErrInput is what every conversion error matches (errors.Is): the input
+// is not JSON, not the kind of object asked for, or an item lacks what
+// rangealloc needs.
+var ErrInput = errors.New("kube: bad input")
+
+// inputError is a conversion error; its text is only what went wrong, so
+// the caller can prefix the file it read.
+type inputError string
+
+func (e inputError) Error() string      { return string(e) }
+func (inputError) Is(target error) bool { return target == ErrInput }
+
+func inputErrorf(format string, a ...any) error { return inputError(fmt.Sprintf(format, a...)) }
 
 // meta is the part of ObjectMeta rangealloc reads.
 type meta struct {
@@ -73,24 +83,24 @@ func items(r io.Reader) ([]json.RawMessage, error) {
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: the input is empty: want a JSON object, a List or an array", ErrInput)
+		return nil, inputErrorf("the input is empty: want a JSON object, a List or an array")
 	}
 	if data[0] == '[' {
 		var arr []json.RawMessage
 		if err := json.Unmarshal(data, &arr); err != nil {
-			return nil, fmt.Errorf("%w: not a JSON array: %v", ErrInput, err)
+			return nil, inputErrorf("not a JSON array: %v", err)
 		}
 		return arr, nil
 	}
 	if data[0] != '{' {
-		return nil, fmt.Errorf("%w: not JSON (YAML is not read: use -o json): starts with %q", ErrInput, firstLine(data))
+		return nil, inputErrorf("not JSON (YAML is not read: use -o json): starts with %q", firstLine(data))
 	}
 	var probe struct {
 		Kind  string            `json:"kind"`
 		Items []json.RawMessage `json:"items"`
 	}
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%w: not a JSON object: %v", ErrInput, err)
+		return nil, inputErrorf("not a JSON object: %v", err)
 	}
 	if probe.Items != nil || strings.HasSuffix(probe.Kind, "List") {
 		return probe.Items, nil
@@ -115,10 +125,10 @@ func decode(i int, raw json.RawMessage, want string) (object, error) {
 			Metadata meta `json:"metadata"`
 		}
 		_ = json.Unmarshal(raw, &m)
-		return o, fmt.Errorf("%w: item %d%s: %v", ErrInput, i, label(m.Metadata), err)
+		return o, inputErrorf("item %d%s: %v", i, label(m.Metadata), err)
 	}
 	if o.Kind != "" && o.Kind != want {
-		return o, fmt.Errorf("%w: item %d%s: kind is %s, want %s", ErrInput, i, label(o.Metadata), o.Kind, want)
+		return o, inputErrorf("item %d%s: kind is %s, want %s", i, label(o.Metadata), o.Kind, want)
 	}
 	return o, nil
 }
@@ -153,7 +163,7 @@ func Services(r io.Reader) ([]types.Service, error) {
 		}
 		svc, err := toService(o)
 		if err != nil {
-			return nil, fmt.Errorf("%w: item %d%s: %v", ErrInput, i, label(o.Metadata), err)
+			return nil, inputErrorf("item %d%s: %v", i, label(o.Metadata), err)
 		}
 		out = append(out, svc)
 	}
@@ -208,7 +218,7 @@ func RangeAllocations(r io.Reader) ([]types.RangeAllocation, error) {
 			return nil, err
 		}
 		if o.Range == "" {
-			return nil, fmt.Errorf("%w: item %d%s: has no range: not a RangeAllocation", ErrInput, i, label(o.Metadata))
+			return nil, inputErrorf("item %d%s: has no range: not a RangeAllocation", i, label(o.Metadata))
 		}
 		data := o.Data
 		if data == nil {
