@@ -109,8 +109,8 @@ func reportFindings(cmd *cobra.Command, g *globals, req types.ReconcileRequest, 
 			remain++
 		}
 	}
-	summary := fmt.Sprintf("%d findings%s in %d services, fence %d, revision %d, %s, in %s", len(rep.Findings),
-		countsText(counts), len(req.Services), req.Fence, rep.Revision, rep.Mode, took.Round(time.Millisecond))
+	summary := fmt.Sprintf("%s%s in %s, fence %d, revision %d, %s, in %s", plural(len(rep.Findings), "finding"),
+		countsText(counts), plural(len(req.Services), "service"), req.Fence, rep.Revision, rep.Mode, took.Round(time.Millisecond))
 	if req.Mode == types.ReconcileModeRepair {
 		summary += fmt.Sprintf("; %d repaired", len(rep.Findings)-remain)
 	}
@@ -125,7 +125,11 @@ func reportFindings(cmd *cobra.Command, g *globals, req types.ReconcileRequest, 
 		return err
 	}
 	if remain > 0 {
-		return &exitError{code: exitFindings, msg: fmt.Sprintf("%d findings remain", remain)}
+		msg := fmt.Sprintf("%d findings remain", remain)
+		if remain == 1 {
+			msg = "1 finding remains"
+		}
+		return &exitError{code: exitFindings, msg: msg}
 	}
 	return nil
 }
@@ -141,6 +145,14 @@ func countsText(counts map[string]int) string {
 	}
 	sort.Strings(parts)
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// plural is "1 service", "2 services".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func findingTable(tw *tabwriter.Writer, fs []types.Finding) {

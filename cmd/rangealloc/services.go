@@ -295,7 +295,7 @@ func newServicesListCmd(g *globals) *cobra.Command {
 			}
 			return g.print(cmd.OutOrStdout(), l, func(tw *tabwriter.Writer) {
 				serviceTable(tw, rowsOf(l.Services)...)
-				fmt.Fprintf(tw, "\n%d services at revision %d\n", len(l.Services), l.Revision)
+				fmt.Fprintf(tw, "\n%s at revision %d\n", plural(len(l.Services), "service"), l.Revision)
 			})
 		},
 	}

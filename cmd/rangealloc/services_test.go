@@ -285,7 +285,7 @@ func TestServicesApplyErrors(t *testing.T) {
 	}{
 		{"no file", []string{"services", "apply"}, "", `required flag(s) "filename" not set`},
 		{"missing file", []string{"services", "apply", "-f", "/nonexistent/svcs.json"}, "", "-f: open /nonexistent/svcs.json: no such file"},
-		{"YAML", []string{"services", "apply", "-f", "-"}, "kind: Service\n", "-f -: kube: not JSON (YAML is not read"},
+		{"YAML", []string{"services", "apply", "-f", "-"}, "kind: Service\n", "-f -: not JSON (YAML is not read"},
 		{"no name", []string{"services", "apply", "-f", "-"}, `[` + webJSON + `,{"kind":"Service","spec":{}}]`, "item 1: has no metadata.name"},
 	}
 	for _, c := range cases {
@@ -319,7 +319,7 @@ func TestServicesGetListDelete(t *testing.T) {
 	out, err = cli(t, addr, "", "services", "list", "--namespace", "shop")
 	require.NoError(t, err)
 	assert.Regexp(t, `NAMESPACE\s+NAME\s+TYPE\s+CLUSTER-IPS\s+PORTS\s+HEALTH-CHECK\s+REVISION\n`, out)
-	assert.Contains(t, out, "1 services at revision 12")
+	assert.Contains(t, out, "1 service at revision 12")
 	assert.NotContains(t, out, "kubernetes")
 
 	_, err = cli(t, addr, "", "services", "-n", "default", "--consistency", "stale")
@@ -419,7 +419,7 @@ func TestReconcile(t *testing.T) {
 				`2 findings \(1 leak, 1 missing\) in 2 services, fence 12`}, "2 findings remain", 3},
 		{"repair, a finding remains", []string{"--repair"}, []types.Finding{leak, missing},
 			[]string{"GET /v1/services", "POST /v1/reconcile"}, 12, "repair", 2,
-			[]string{`leak .* true\n`, `repair, in .*; 1 repaired`}, "1 findings remain", 3},
+			[]string{`leak .* true\n`, `repair, in .*; 1 repaired`}, "1 finding remains", 3},
 		{"repair, every finding repaired", []string{"--repair"}, []types.Finding{leak},
 			[]string{"GET /v1/services", "POST /v1/reconcile"}, 12, "repair", 2, []string{`; 1 repaired`}, "", 0},
 		{"a file, report: the fence is now", []string{"--services", file}, nil,
