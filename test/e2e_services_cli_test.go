@@ -133,4 +133,33 @@ func TestE2EImportGenerated(t *testing.T) {
 
 	out, errOut, code = rangealloc(t, p.http, "reconcile", "--services", svcFile)
 	assert.Equal(t, 0, code, "the imported Services agree with the pools: %s%s", out, errOut)
+
+	// A list without kube-system/kube-dns: its ClusterIP has leaked.
+	var list struct {
+		Items []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal(svcs, &list))
+	kept := list.Items[:0]
+	for _, it := range list.Items {
+		if m := it["metadata"].(map[string]any); m["namespace"] != "kube-system" || m["name"] != "kube-dns" {
+			kept = append(kept, it)
+		}
+	}
+	require.Len(t, kept, 4999)
+	data, err := json.Marshal(map[string]any{"kind": "List", "items": kept})
+	require.NoError(t, err)
+	partial := filepath.Join(dir, "partial.json")
+	require.NoError(t, os.WriteFile(partial, data, 0o600))
+	out, errOut, code = rangealloc(t, p.http, "reconcile", "--services", partial)
+	assert.Equal(t, 3, code, "%s%s", out, errOut)
+	assert.Regexp(t, `leak\s+clusterip-ipv4\s+10.96.0.10\s+<none>\s+services/kube-system/kube-dns\s`, out)
+	out, errOut, code = rangealloc(t, p.http, "reconcile", "--services", partial, "--fence", strconv.FormatUint(res.Revision-1, 10))
+	assert.Equal(t, 0, code, "a fence before the import: nothing the import allocated is a leak: %s%s", out, errOut)
+	_, errOut, code = rangealloc(t, p.http, "reconcile", "--services", partial, "--repair")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "needs --fence")
+	out, errOut, code = rangealloc(t, p.http, "reconcile", "--services", partial, "--repair", "--fence", strconv.FormatUint(res.Revision, 10))
+	assert.Equal(t, 0, code, "the leak is released: %s%s", out, errOut)
+	_, _, err = p.client().Get(ctx, "clusterip-ipv4", "10.96.0.10", client.Options{})
+	require.Error(t, err, "10.96.0.10 is free again")
 }
