@@ -69,14 +69,23 @@ func reason(k service.NeedKind, what string) string {
 //  1. for each listed Service whose only findings are missing values,
 //     whose spec needs no dynamic pick, and whose record is absent or no
 //     newer than fence: allocates the missing values for it and stores
-//     the listed spec as its record;
+//     the listed spec as its record; but missing values only when no
+//     entry after the fence freed a Service's value (they may be those of
+//     a Service deleted after the caller listed it: a later reconcile,
+//     with a newer fence, repairs them);
 //  2. deletes the record of each Service not listed, no newer than fence,
-//     all of whose values are leaks;
+//     all of whose values that it still holds are leaks;
 //  3. releases each leak its owner's record (if any) does not name.
 //
 // Nothing written after the fence is released or replaced: a value
 // allocated after it is no leak, and a record written after it is kept.
+// A repair refuses a fence at or after its own entry.
 func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool) *Result {
+	if repair && fence >= index {
+		// The fence is all that keeps a repair off later writes; one
+		// that was never read could release a value in use.
+		return &Result{Err: errorf(CodeInvalidArgument, "fence %d is not a revision read before this repair (entry %d)", fence, index)}
+	}
 	n, nerr := s.resolveNetwork()
 	if nerr != nil {
 		return &Result{Err: nerr}
@@ -216,6 +225,9 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 		if err != nil || len(plan.Dynamic()) > 0 {
 			continue
 		}
+		if len(misses[key]) > 0 && s.freed > fence {
+			continue // they may be the values of a Service deleted after the caller listed it
+		}
 		for _, m := range misses[key] {
 			m.p.p.Bitmap().Allocate(m.off)
 			m.p.take(m.off, owner, true, index)
@@ -238,7 +250,10 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 				continue
 			}
 			off, e := p.offset(h.Value)
-			all = all && e == nil && leaked[at{p, off}] && p.recs.get(off).owner == ServiceOwnerPrefix+key
+			if e != nil || !p.p.Bitmap().Has(off) || p.recs.get(off).owner != ServiceOwnerPrefix+key {
+				continue // not held by this Service (a forced release took it): nothing to keep the record for
+			}
+			all = all && leaked[at{p, off}]
 		}
 		if all {
 			delete(s.services, key)

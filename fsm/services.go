@@ -331,9 +331,10 @@ func (s *state) putService(index uint64, r *Request) *Result {
 		undos = append(undos, undo{p: p, off: off})
 		picked = append(picked, p.p.Range().Value(off))
 	}
+	freed := false
 	for _, h := range plan.Release {
 		if p := n.poolOf(h.Kind, h.Family); p != nil {
-			p.releaseOwned(h.Value, owner, ^uint64(0), &undos)
+			freed = p.releaseOwned(h.Value, owner, ^uint64(0), &undos) || freed
 		}
 	}
 	done, err := service.Complete(plan, picked)
@@ -345,6 +346,9 @@ func (s *state) putService(index uint64, r *Request) *Result {
 		revert(undos)
 	} else {
 		s.services[key] = rec
+		if freed {
+			s.freed = index
+		}
 	}
 	out := *rec
 	return &Result{Service: &out, Created: created}
@@ -388,7 +392,7 @@ func (p *pool) releaseOwned(value, owner string, maxRev uint64, undos *[]undo) b
 }
 
 // deleteService deletes a Service and releases the values it holds.
-func (s *state) deleteService(r *Request) *Result {
+func (s *state) deleteService(index uint64, r *Request) *Result {
 	if r.Service == nil {
 		return &Result{Err: errorf(CodeInvalidArgument, "no Service in the request")}
 	}
@@ -410,6 +414,7 @@ func (s *state) deleteService(r *Request) *Result {
 		revert(undos)
 	} else {
 		delete(s.services, key)
+		s.freed = index
 	}
 	out := *stored
 	return &Result{Service: &out}

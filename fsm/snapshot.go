@@ -18,7 +18,7 @@ var _ raft.FSMSnapshot = (*state)(nil)
 func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
 		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID,
-		network: s.network, services: make(map[string]*ServiceRecord, len(s.services))}
+		network: s.network, services: make(map[string]*ServiceRecord, len(s.services)), freed: s.freed}
 	for k, r := range s.services { // records are replaced, never changed: share them
 		c.services[k] = r
 	}
@@ -75,6 +75,7 @@ func (s *state) export() *snapshot.State {
 		r := s.services[key]
 		out.Services = append(out.Services, snapshot.Service{Key: key, Revision: r.Revision, Spec: EncodeSpec(&r.Spec)})
 	}
+	out.ServicesFreed = s.freed
 	return out
 }
 
@@ -154,6 +155,7 @@ func importState(ss *snapshot.State) (*state, error) {
 		}
 		s.services[sv.Key] = &ServiceRecord{Spec: spec, Revision: sv.Revision}
 	}
+	s.freed = ss.ServicesFreed
 	return s, nil
 }
 

@@ -23,6 +23,11 @@ type state struct {
 	// "namespace/name".
 	network  ServiceNetwork
 	services map[string]*ServiceRecord
+	// freed is the index of the last entry that freed a value a Service
+	// held (a delete, an update giving values up, a forced release): a
+	// repair whose fence is older does not allocate missing values, which
+	// may be the freed ones of a Service deleted after the caller listed.
+	freed uint64
 }
 
 func newState() *state {
@@ -95,7 +100,7 @@ func (s *state) execute(index uint64, r *Request) *Result {
 	case KindPutService:
 		return s.putService(index, r)
 	case KindDeleteService:
-		return s.deleteService(r)
+		return s.deleteService(index, r)
 	case KindReconcile:
 		return s.reconcile(index, r)
 	case KindImport:
@@ -229,9 +234,12 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocati
 			return nil, &Error{Code: CodeOwnerMismatch, Op: -1, Owner: rec.owner,
 				Message: "value " + op.Value + " is held by another owner"}
 		}
-		if key := s.ownedByService(rec.owner); key != "" && op.Kind != OpReleaseForce {
-			return nil, &Error{Code: CodeOwnedByService, Op: -1, Owner: rec.owner,
-				Message: fmt.Sprintf("%s is held by Service %s: delete or change the Service, or release with force", op.Value, key)}
+		if key := s.ownedByService(rec.owner); key != "" {
+			if op.Kind != OpReleaseForce {
+				return nil, &Error{Code: CodeOwnedByService, Op: -1, Owner: rec.owner,
+					Message: fmt.Sprintf("%s is held by Service %s: delete or change the Service, or release with force", op.Value, key)}
+			}
+			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
 		freed := p.allocation(off)
 		p.p.Bitmap().Release(off)

@@ -9,14 +9,15 @@
 // stream through a 64 KiB buffer: neither holds the whole encoding in
 // memory, and Write allocates nothing per allocation record.
 //
-// # Layout (format version 2)
+// # Layout (format version 3)
 //
 // Fixed-width integers are big-endian. uvarint is encoding/binary's unsigned
 // varint in its shortest form. str is uvarint(len) followed by len bytes.
 //
 //	offset  size  field
 //	     0     8  magic     89 52 41 53 0d 0a 1a 0a      "\x89RAS\r\n\x1a\n"
-//	     8     4  version   uint32, 2 (Read also reads 1, which ends after members)
+//	     8     4  version   uint32, 3 (Read also reads 1, which ends after members,
+//	                        and 2, which ends after cluster)
 //	    12     8  index     uint64, the last applied log index
 //	    20     8  term      uint64, the term of that entry
 //	    28     …  pools     'P' uvarint(n) pool×n       sorted by name, unique
@@ -24,6 +25,9 @@
 //	           …  members   'M' uvarint(n) member×n     sorted by ID, unique
 //	           …  cluster   'C' clusterID:str flags:1  0..64 printable bytes; "" before one is drawn;
 //	                                                   flags bit 0: restored from a backup
+//	           …  services  'S' network uvarint(n) service×n freed:uvarint
+//	                                                   sorted by key, unique; freed: the index of the
+//	                                                   last entry that freed a Service's value
 //	   L-4     4  checksum  uint32, CRC-32C of bytes [0, L-4)
 //	     L        end of stream: nothing may follow
 //
@@ -31,6 +35,9 @@
 //	allocation = owner:str flags:1 revision:uvarint
 //	request    = id:str index:uvarint fingerprint:8 result:str
 //	member     = id:str raftAddr:str apiAddr:str
+//	network    = 00 (none) | 01 uvarint(f) family:str×f ipv4Pool:str ipv6Pool:str nodePortPool:str
+//	service    = key:str revision:uvarint spec:str   key "namespace/name", revision > 0,
+//	                                                  spec in the state machine's encoding
 //
 // flags holds the mode in bit 0 (1 = static, 0 = dynamic); its other bits
 // are zero. The one-byte section tags cost nothing and let an error say

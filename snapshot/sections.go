@@ -280,5 +280,6 @@ func (d *decoder) services(s *State) error {
 		}
 		s.Services = append(s.Services, sv)
 	}
-	return nil
+	s.ServicesFreed, err = d.uvarint("services freed index")
+	return err
 }

@@ -173,14 +173,16 @@ func sealedHex(t *testing.T, body []byte) []byte {
 func TestLayout(t *testing.T) {
 	s := *layoutState
 	s.ClusterID, s.FromBackup = "c1", true
-	want := sealedHex(t, layoutBody("00000003", "43 02 6331 01", "53 00 00")) // 'C', "c1", from a backup; 'S', no network, no Services
+	want := sealedHex(t, layoutBody("00000003", "43 02 6331 01", "53 00 00 00")) // 'C', "c1", from a backup; 'S', no network, no Services, nothing freed
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
 
 	s.Network = &Network{Families: []string{"IPv4"}, IPv4Pool: "a", NodePortPool: "p"}
 	s.Services = []Service{{Key: "n/s", Revision: 7, Spec: []byte{0xee}}}
+	s.ServicesFreed = 5
 	want = sealedHex(t, layoutBody("00000003", "43 02 6331 01",
 		"53 01 01 0449507634 01 61 00 01 70", // 'S', a network: ["IPv4"], "a", "", "p"
-		"01 03 6e2f73 07 01 ee"))             // 1 Service: "n/s", revision 7, spec ee
+		"01 03 6e2f73 07 01 ee",              // 1 Service: "n/s", revision 7, spec ee
+		"05"))                                // freed at index 5
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
 	got, err := Read(bytes.NewReader(want))
 	require.NoError(t, err)

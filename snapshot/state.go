@@ -32,6 +32,9 @@ type State struct {
 	Network *Network
 	// Services are the Service records, sorted by Key; keys are unique.
 	Services []Service
+	// ServicesFreed is the index of the last entry that freed a value a
+	// Service held (0: none, and before version 3).
+	ServicesFreed uint64
 }
 
 // Network is the service network: its IP families in order ("IPv4",

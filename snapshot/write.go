@@ -38,6 +38,7 @@ func encode(w io.Writer, s *State) error {
 	}
 	e.byte(flags)
 	e.services(s.Network, s.Services)
+	e.uvarint(s.ServicesFreed)
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}

@@ -297,7 +297,8 @@ func TestCLI(t *testing.T) {
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--pool", "nodeport", "-o", "json"}, jsonKey: "opsPerSec"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1", "-o", "json"}, stdout: []string{`"errors": 0`}, jsonKey: "opsPerSec"},
 		{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1"}, stdout: []string{"CPU/OP", "BENCH/OP", "µs"}},
-		{args: []string{"bench", "--mix", "ping=1"}, code: 1, stderr: `unknown operation "ping" (allocate, release, get, health)`},
+		{args: []string{"bench", "--mix", "ping=1"}, code: 1, stderr: `unknown operation "ping" (allocate, release, get, health, service-create, service-delete)`},
+		{args: []string{"bench", "--mix", "allocate=1,service-create=1"}, code: 1, stderr: `service-create and service-delete do not mix with the other operations`},
 	}
 	if runtime.GOOS == "linux" { // from /proc/stat
 		rows = append(rows, row{args: []string{"bench", "--duration", "1s", "--clients", "2", "--mix", "health=1", "-o", "json"}, jsonKey: "cpuPerOpUs"})

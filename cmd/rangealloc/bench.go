@@ -14,6 +14,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/certs"
 	"github.com/spf13/cobra"
 )
@@ -63,7 +64,9 @@ latency and errors, with a progress line every second.
 --mix weighs the operations: allocate (dynamic), release (of a value this
 client allocated; with --count, of as many values in one transaction), get,
 and health (GET /healthz: the HTTP round trip alone, a baseline for the
-others on the same machine).
+others on the same machine). Or, on their own, service-create (a NodePort
+Service with two ports, PreferDualStack, in namespace rangealloc-bench)
+and service-delete (of a Service this client created).
 VALUES/S counts allocated values. Each client releases what it still holds
 when the run ends, off the clock, so runs do not fill the pool.
 
@@ -75,7 +78,8 @@ servers on the same machine, a CPU near 100% means the figures measure
 the CPUs, and CPU/OP is what an operation costs them.`,
 		Example: `  rangealloc bench --clients 64 --duration 10s --pool clusterip-ipv4 --nodes all
   rangealloc bench --clients 8 --count 4096 --pool clusterip-ipv4 --mix allocate=1,release=1
-  rangealloc bench --mix allocate=50,release=40,get=10`,
+  rangealloc bench --mix allocate=50,release=40,get=10
+  rangealloc bench --clients 64 --nodes all --mix service-create=1,service-delete=1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, f) },
 	}
@@ -107,7 +111,11 @@ func cleanup(ctx context.Context, c *client.Client, pool, owner string, held []s
 	}
 }
 
-type mixWeights struct{ alloc, release, get, health int }
+type mixWeights struct{ alloc, release, get, health, svcCreate, svcDelete int }
+
+func (m mixWeights) total() int {
+	return m.alloc + m.release + m.get + m.health + m.svcCreate + m.svcDelete
+}
 
 func parseMix(s string) (mixWeights, error) {
 	var m mixWeights
@@ -115,7 +123,7 @@ func parseMix(s string) (mixWeights, error) {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return m, fmt.Errorf("--mix %q: want allocate=N,release=N,get=N,health=N", s)
+			return m, fmt.Errorf("--mix %q: want allocate=N,release=N,get=N,health=N (or service-create=N,service-delete=N)", s)
 		}
 		switch k {
 		case "allocate":
@@ -126,11 +134,18 @@ func parseMix(s string) (mixWeights, error) {
 			m.get = n
 		case "health":
 			m.health = n
+		case "service-create":
+			m.svcCreate = n
+		case "service-delete":
+			m.svcDelete = n
 		default:
-			return m, fmt.Errorf("--mix: unknown operation %q (allocate, release, get, health)", k)
+			return m, fmt.Errorf("--mix: unknown operation %q (allocate, release, get, health, service-create, service-delete)", k)
 		}
 	}
-	if m.alloc+m.release+m.get+m.health == 0 {
+	if (m.svcCreate > 0 || m.svcDelete > 0) && m.alloc+m.release+m.get+m.health > 0 {
+		return m, fmt.Errorf("--mix %q: service-create and service-delete do not mix with the other operations", s)
+	}
+	if m.total() == 0 {
 		return m, fmt.Errorf("--mix %q: all weights are zero", s)
 	}
 	return m, nil
@@ -203,7 +218,12 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		go func(i int) {
 			defer wg.Done()
 			c := g.clientOf(targets[i%len(targets)], hc)
-			held := benchClient(runCtx, c, f, mix, i, rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano()))), st)
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			if mix.svcCreate+mix.svcDelete > 0 {
+				cleanupServices(ctx, c, benchServices(runCtx, c, mix, i, rng, st))
+				return
+			}
+			held := benchClient(runCtx, c, f, mix, i, rng, st)
 			cleanup(ctx, c, f.pool, benchOwner(i), held)
 		}(i)
 	}
@@ -220,7 +240,7 @@ func benchOwner(i int) string { return fmt.Sprintf("bench-%d", i) }
 // still holds.
 func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWeights, i int, rng *rand.Rand, st *benchStats) []string {
 	var held []string
-	owner, total := benchOwner(i), mix.alloc+mix.release+mix.get+mix.health
+	owner, total := benchOwner(i), mix.total()
 	for ctx.Err() == nil {
 		pick := rng.IntN(total)
 		t0 := time.Now()
@@ -279,6 +299,62 @@ func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWe
 		st.values.Add(n)
 	}
 	return held
+}
+
+// benchService is the Service a service-create writes: NodePort, two
+// ports, dual-stack when the cluster is (PreferDualStack).
+func benchService(i, n int) types.Service {
+	return types.Service{Namespace: "rangealloc-bench", Name: fmt.Sprintf("c%d-s%d", i, n), Type: "NodePort", IPFamilyPolicy: "PreferDualStack",
+		Ports: []types.ServicePort{{Name: "http", Port: 80}, {Name: "https", Port: 443}}}
+}
+
+// benchServices creates and deletes Services until ctx ends, and returns
+// the names of those it still holds. Values/s counts the values created
+// Services hold.
+func benchServices(ctx context.Context, c *client.Client, mix mixWeights, i int, rng *rand.Rand, st *benchStats) []string {
+	var held []string
+	for n := 0; ctx.Err() == nil; n++ {
+		t0 := time.Now()
+		var err error
+		values := int64(0)
+		if rng.IntN(mix.total()) < mix.svcCreate || len(held) == 0 {
+			var svc types.Service
+			svc, _, err = c.PutService(ctx, benchService(i, n), client.ServiceOptions{})
+			if err == nil {
+				held = append(held, svc.Name)
+				values = int64(len(svc.ClusterIPs) + len(svc.Ports))
+			}
+		} else {
+			j := rng.IntN(len(held))
+			name := held[j]
+			held[j] = held[len(held)-1]
+			held = held[:len(held)-1]
+			_, err = c.DeleteService(ctx, "rangealloc-bench", name, client.ServiceOptions{})
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			st.errs.Add(1)
+			st.firstErr.CompareAndSwap(nil, err.Error())
+			continue
+		}
+		st.lats[i] = append(st.lats[i], time.Since(t0))
+		st.ops.Add(1)
+		st.values.Add(values)
+	}
+	return held
+}
+
+// cleanupServices deletes the Services a client still holds, off the clock.
+func cleanupServices(ctx context.Context, c *client.Client, names []string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, name := range names {
+		if _, err := c.DeleteService(ctx, "rangealloc-bench", name, client.ServiceOptions{}); err != nil {
+			return
+		}
+	}
 }
 
 // progress prints a line a second to stderr until done closes.

@@ -21,7 +21,11 @@ func main() {
 	if err := root.Execute(); err != nil {
 		var ae *client.Error
 		var ue *url.Error
+		var xe *exitError
 		switch {
+		case errors.As(err, &xe):
+			fmt.Fprintln(os.Stderr, xe.msg)
+			os.Exit(xe.code)
 		case errors.As(err, &ae):
 			fmt.Fprintf(os.Stderr, "Error: %s: %s\n", ae.Code, ae.Message)
 		case errors.As(err, &ue):
@@ -71,6 +75,7 @@ RANGEALLOC_DATA_DIR.`,
 	g.register(root.PersistentFlags())
 	root.AddCommand(newServerCmd(g), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
 		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newTokenCmd(), newCertsCmd(g))
+	root.AddCommand(newServicesCmd(g), newReconcileCmd(g), newImportCmd(g))
 	return root
 }
 
