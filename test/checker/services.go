@@ -36,8 +36,8 @@ type ServiceState struct {
 	Pools map[string]map[string]string
 }
 
-// isServiceKind reports whether kind is a Service write.
-func isServiceKind(kind string) bool {
+// IsServiceKind reports whether kind is a Service write.
+func IsServiceKind(kind string) bool {
 	return kind == KindServiceCreate || kind == KindServiceUpdate || kind == KindServiceDelete
 }
 
@@ -240,7 +240,7 @@ func checkRecordRevision(r *reporter, svc string, ls []logical, final ServiceSta
 func serviceWrites(h History) History {
 	var out History
 	for _, op := range h {
-		if isServiceKind(op.Kind) {
+		if IsServiceKind(op.Kind) {
 			out = append(out, op)
 		}
 	}

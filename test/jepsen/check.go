@@ -62,7 +62,7 @@ func (r Recovery) String() string {
 // answered reports whether the cluster answered a write.
 func answered(op checker.Op) bool {
 	switch {
-	case op.Kind != checker.KindAllocate && op.Kind != checker.KindRelease && !isServiceKind(op.Kind):
+	case op.Kind != checker.KindAllocate && op.Kind != checker.KindRelease && !checker.IsServiceKind(op.Kind):
 		return false
 	case op.Outcome == checker.OK:
 		return true

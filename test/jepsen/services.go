@@ -49,11 +49,6 @@ const (
 	typeNodePort  = "NodePort"
 )
 
-// isServiceKind reports whether kind is a Service write.
-func isServiceKind(kind string) bool {
-	return kind == checker.KindServiceCreate || kind == checker.KindServiceUpdate || kind == checker.KindServiceDelete
-}
-
 // nextService draws a Service write: an update (3 in 5) or a delete of a
 // Service the client believes exists, else a create (4 in 5) or a delete
 // (which may find it missing). A create of a Service another client made
@@ -184,7 +179,7 @@ func (w *Workload) serviceAttempt(ctx context.Context, c *client.Client, op *che
 
 // learn keeps s.svcs in step with a Service write's answer.
 func (s *session) learn(op checker.Op) {
-	if !isServiceKind(op.Kind) {
+	if !checker.IsServiceKind(op.Kind) {
 		return
 	}
 	switch {

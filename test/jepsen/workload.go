@@ -355,7 +355,7 @@ func (w *Workload) attempt(node int, c *client.Client, op *checker.Op) {
 		op.Result, op.Listed = "", nil
 		op.Holds, op.Revision, op.Answer = nil, 0, nil
 		op.Outcome, op.Err, op.Result = classify(err, op.Key != "")
-		if ce != nil && isServiceKind(op.Kind) {
+		if ce != nil && checker.IsServiceKind(op.Kind) {
 			op.Result, _ = ce.Details["field"].(string) // which value of a Service write was refused
 		}
 	}
