@@ -35,6 +35,23 @@ func toSpec(s types.Service) (service.Spec, error) {
 	return spec, nil
 }
 
+// toSpecs converts the Services of a reconcile or an import; an error's
+// field names the Service's index ("services[3].spec.clusterIPs").
+func toSpecs(list []types.Service) ([]service.Spec, error) {
+	out := make([]service.Spec, 0, len(list))
+	for i, s := range list {
+		spec, err := toSpec(s)
+		if err != nil {
+			if fe, ok := err.(*fsm.Error); ok {
+				fe.Field = fmt.Sprintf("services[%d].%s", i, fe.Field)
+			}
+			return nil, err
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
 // toService converts a stored Service to its JSON form.
 func toService(r node.ServiceRecord) types.Service {
 	s := r.Spec
@@ -236,17 +253,9 @@ func (srv *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	if err == nil && body.Mode != "" && body.Mode != types.ReconcileModeReport && body.Mode != types.ReconcileModeRepair {
 		err = badRequest(fmt.Sprintf(`mode %q: want "report" or "repair"`, body.Mode))
 	}
-	listed := make([]service.Spec, 0, len(body.Services))
-	for i, s := range body.Services {
-		if err != nil {
-			break
-		}
-		var spec service.Spec
-		if spec, err = toSpec(s); err == nil {
-			listed = append(listed, spec)
-		} else if fe, ok := err.(*fsm.Error); ok {
-			fe.Field = fmt.Sprintf("services[%d].%s", i, fe.Field)
-		}
+	var listed []service.Spec
+	if err == nil {
+		listed, err = toSpecs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -279,15 +288,9 @@ func (srv *Server) importServices(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = decodeLimit(w, r, &body, false, MaxServicesBody)
 	}
-	specs := make([]service.Spec, 0, len(body.Services))
-	for _, s := range body.Services {
-		if err != nil {
-			break
-		}
-		var spec service.Spec
-		if spec, err = toSpec(s); err == nil {
-			specs = append(specs, spec)
-		}
+	var specs []service.Spec
+	if err == nil {
+		specs, err = toSpecs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)

@@ -194,7 +194,11 @@ func (s *state) checkNetwork(n ServiceNetwork) *Error {
 			return errorf(CodePoolNotFound, "%s pool %q not found", what, name)
 		}
 		if r := p.p.Range(); r.Kind() != kind || r.Family() != family {
-			return errorf(CodeInvalidArgument, "%s pool %q has range %s, not a %s range", what, name, r, strings.TrimSpace(family+" "+kind.String()))
+			want := "a port"
+			if family != "" {
+				want = "an " + family
+			}
+			return errorf(CodeInvalidArgument, "%s pool %q has range %s, not %s range", what, name, r, want)
 		}
 		return nil
 	}
@@ -514,7 +518,7 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 			values++
 		}
 	}
-	return &Result{Count: values, Created: len(added) > 0, Ops: nil, Index: index, Imported: len(added)}
+	return &Result{Count: values, Imported: len(added)}
 }
 
 // Service returns a stored Service.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/service"
+	"github.com/rangealloc/rangealloc/snapshot"
 	"github.com/stretchr/testify/require"
 )
 
@@ -157,4 +158,72 @@ func TestResultWithServiceRoundTrips(t *testing.T) {
 	got, err = DecodeResult(EncodeResult(old))
 	require.NoError(t, err)
 	require.Equal(t, old, got)
+}
+
+func TestSetServiceNetworkRefusesWhatWouldStrandValues(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	require.Nil(t, h.apply(&Request{Kind: KindCreatePool, Pool: "other-ports", Range: "31000-31099"}).Err)
+	net := h.f.ServiceNetwork()
+	set := func(n ServiceNetwork) *Error { return h.apply(&Request{Kind: KindSetServiceNetwork, Network: n}).Err }
+
+	for name, tc := range map[string]struct {
+		n    ServiceNetwork
+		code Code
+		msg  string
+	}{
+		"no family":       {ServiceNetwork{NodePortPool: "nodeport"}, CodeInvalidArgument, "1 or 2 IP families"},
+		"family twice":    {ServiceNetwork{Families: []service.Family{service.IPv4, service.IPv4}, IPv4Pool: "clusterip-ipv4", NodePortPool: "nodeport"}, CodeInvalidArgument, "listed twice"},
+		"unknown family":  {ServiceNetwork{Families: []service.Family{"IPv5"}, NodePortPool: "nodeport"}, CodeInvalidArgument, "want IPv4 or IPv6"},
+		"missing pool":    {ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "nope", NodePortPool: "nodeport"}, CodePoolNotFound, `"nope"`},
+		"ports as IPv4":   {ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "nodeport", NodePortPool: "nodeport"}, CodeInvalidArgument, "not an IPv4 range"},
+		"IPv6 as IPv4":    {ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "clusterip-ipv6", NodePortPool: "nodeport"}, CodeInvalidArgument, "not an IPv4 range"},
+		"unlisted family": {ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "clusterip-ipv4", IPv6Pool: "clusterip-ipv6", NodePortPool: "nodeport"}, CodeInvalidArgument, "not one of the network's families"},
+	} {
+		err := set(tc.n)
+		require.NotNil(t, err, name)
+		require.Equal(t, tc.code, err.Code, name)
+		require.Contains(t, err.Message, tc.msg, name)
+		require.Equal(t, net, h.f.ServiceNetwork(), "%s: a refused network changes nothing", name)
+	}
+
+	// With a Service holding node ports, the node-port pool cannot move;
+	// the IPv6 family, where it holds nothing, can go.
+	require.Nil(t, h.put(nodePortSpec("default", "web", 80)).Err)
+	moved := net
+	moved.NodePortPool = "other-ports"
+	err := set(moved)
+	require.NotNil(t, err)
+	require.Contains(t, err.Message, `1 Services hold values in pool "nodeport"`)
+	v4only := ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "clusterip-ipv4", NodePortPool: "nodeport"}
+	require.Nil(t, set(v4only))
+	require.Equal(t, v4only, h.f.ServiceNetwork())
+
+	// A set-if-unset leaves a set network alone.
+	res := h.apply(&Request{Kind: KindSetServiceNetwork, Network: net, IfUnset: true})
+	require.Nil(t, res.Err)
+	require.False(t, res.Created)
+	require.Equal(t, v4only, h.f.ServiceNetwork())
+}
+
+func TestRestoreRefusesABadServiceRecord(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	require.Nil(t, h.put(nodePortSpec("default", "web", 80)).Err)
+	ss := h.f.s.export()
+	for name, mutate := range map[string]func(*snapshot.State){
+		"key not the spec's": func(s *snapshot.State) { s.Services[0].Key = "default/other" },
+		"spec undecodable":   func(s *snapshot.State) { s.Services[0].Spec = []byte{0xff} },
+		"network pool gone":  func(s *snapshot.State) { s.Network.NodePortPool = "nope" },
+	} {
+		c := *ss
+		c.Services = append([]snapshot.Service(nil), ss.Services...)
+		n := *ss.Network
+		c.Network = &n
+		mutate(&c)
+		var buf bytes.Buffer
+		require.NoError(t, snapshot.Write(&buf, &c), name)
+		g := New(nil)
+		require.Error(t, g.Restore(io.NopCloser(&buf)), name)
+		svcs, _ := g.Services("")
+		require.Empty(t, svcs, "%s: a refused snapshot leaves the state as it was", name)
+	}
 }

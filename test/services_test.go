@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -99,15 +100,18 @@ func TestServicesOverHTTP(t *testing.T) {
 	require.Equal(t, "InvalidArgument", apiErr(t, err).Code, "plain allocations may not take a Service's owner")
 
 	// A taken requested value: 422 Invalid with the field.
-	_, _, err = follower.Allocate(ctx, "nodeport", "30050", "other", client.Options{})
+	// (A dynamic pick: a named port could be one "web" holds already.)
+	other, _, err := follower.Allocate(ctx, "nodeport", "", "other", client.Options{})
 	require.NoError(t, err)
-	bad := types.Service{Namespace: "default", Name: "taken", Type: "NodePort", Ports: []types.ServicePort{{Port: 80}, {Port: 81, NodePort: 30050}}}
+	otherPort, err := strconv.Atoi(other.Value)
+	require.NoError(t, err)
+	bad := types.Service{Namespace: "default", Name: "taken", Type: "NodePort", Ports: []types.ServicePort{{Port: 80}, {Port: 81, NodePort: int32(otherPort)}}}
 	_, _, err = follower.PutService(ctx, bad, client.ServiceOptions{})
 	ae := apiErr(t, err)
 	require.Equal(t, http.StatusUnprocessableEntity, ae.Status)
 	require.Equal(t, "Invalid", ae.Code)
 	require.Equal(t, "spec.ports[1].nodePort", ae.Details["field"])
-	require.Equal(t, `Service "taken" is invalid: spec.ports[1].nodePort: Invalid value: 30050: provided port is already allocated`, ae.Message)
+	require.Equal(t, fmt.Sprintf(`Service "taken" is invalid: spec.ports[1].nodePort: Invalid value: %d: provided port is already allocated`, otherPort), ae.Message)
 
 	// A dry run answers 201 and changes nothing.
 	dry, created, err := follower.PutService(ctx, types.Service{Namespace: "default", Name: "dry", Type: "NodePort", Ports: []types.ServicePort{{Port: 80}}}, client.ServiceOptions{DryRun: true})
@@ -139,6 +143,13 @@ func TestServicesOverHTTP(t *testing.T) {
 	only, err := cl[2].ListServices(ctx, "default", client.Options{})
 	require.NoError(t, err)
 	require.Len(t, only.Services, 1)
+
+	// A listed Service whose clusterIP and clusterIPs disagree is refused,
+	// naming it by its index in the list.
+	_, err = follower.Reconcile(ctx, types.ReconcileRequest{Fence: list.Revision, Services: []types.Service{list.Services[0],
+		{Namespace: "x", Name: "y", ClusterIP: "10.96.0.1", ClusterIPs: []string{"10.96.0.2"}}}}, client.Options{})
+	require.Equal(t, "Invalid", apiErr(t, err).Code)
+	require.Equal(t, "services[1].spec.clusterIPs", apiErr(t, err).Details["field"])
 
 	// Reconcile the Services against themselves: nothing to report.
 	rep, err := follower.Reconcile(ctx, types.ReconcileRequest{Fence: list.Revision, Services: list.Services}, client.Options{})

@@ -181,6 +181,19 @@ type benchStats struct {
 	lats              [][]time.Duration // one slice per client: no lock needed
 }
 
+// record counts one operation of client i that began at t0: an error, or
+// its latency and the values it allocated.
+func (st *benchStats) record(i int, t0 time.Time, err error, values int64) {
+	if err != nil {
+		st.errs.Add(1)
+		st.firstErr.CompareAndSwap(nil, err.Error())
+		return
+	}
+	st.lats[i] = append(st.lats[i], time.Since(t0))
+	st.ops.Add(1)
+	st.values.Add(values)
+}
+
 func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	mix, err := parseMix(f.mix)
 	if err != nil {
@@ -289,14 +302,7 @@ func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWe
 		if ctx.Err() != nil {
 			break
 		}
-		if err != nil {
-			st.errs.Add(1)
-			st.firstErr.CompareAndSwap(nil, err.Error())
-			continue
-		}
-		st.lats[i] = append(st.lats[i], time.Since(t0))
-		st.ops.Add(1)
-		st.values.Add(n)
+		st.record(i, t0, err, n)
 	}
 	return held
 }
@@ -334,14 +340,7 @@ func benchServices(ctx context.Context, c *client.Client, mix mixWeights, i int,
 		if ctx.Err() != nil {
 			break
 		}
-		if err != nil {
-			st.errs.Add(1)
-			st.firstErr.CompareAndSwap(nil, err.Error())
-			continue
-		}
-		st.lats[i] = append(st.lats[i], time.Since(t0))
-		st.ops.Add(1)
-		st.values.Add(values)
+		st.record(i, t0, err, values)
 	}
 	return held
 }
