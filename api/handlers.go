@@ -10,6 +10,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/version"
 )
 
 // serveRead runs a read at the request's consistency and writes its answer.
@@ -240,9 +241,19 @@ func (srv *Server) cluster(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	out := ClusterStatus{ID: st.ID, ClusterID: st.ClusterID, Leader: ClusterLeader{ID: st.LeaderID, APIAddr: st.LeaderAPI}, Term: st.Term,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: []ClusterMember{}}
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, FeatureLevel: st.FeatureLevel, Version: version.String(),
+		Members: []ClusterMember{}}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
+		cm := ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader,
+			HealthKnown: m.Known, LastContactMs: -1}
+		if m.Known {
+			cm.Reachable, cm.Healthy, cm.MatchIndex, cm.Lag = m.Reachable, m.Healthy, m.MatchIndex, m.Lag
+			cm.Version, cm.FeatureLevel, cm.DiskFreeBytes, cm.DiskLow = m.Version, m.FeatureLevel, m.DiskFree, m.DiskLow
+			if m.LastContact >= 0 {
+				cm.LastContactMs = m.LastContact.Milliseconds()
+			}
+		}
+		out.Members = append(out.Members, cm)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -17,6 +18,29 @@ type Member struct {
 	APIAddr  string
 	Voter    bool
 	Leader   bool
+
+	// Health, as the leader sees it; a follower's view knows only itself
+	// and the leader, and leaves Known false for the others.
+	Known bool
+	// Reachable: the leader's last probe of it succeeded, within the
+	// health threshold.
+	Reachable bool
+	// LastContact is how long ago the leader last heard from it (-1: never).
+	LastContact time.Duration
+	// MatchIndex is the last log index it holds; Lag how many entries it
+	// is behind the leader's last index.
+	MatchIndex uint64
+	Lag        uint64
+	// Healthy: reachable, on the leader's term, and within 250 entries.
+	Healthy bool
+	// Version is its release; FeatureLevel the highest feature level its
+	// binary supports (0: unknown).
+	Version      string
+	FeatureLevel int
+	// DiskFree is its free disk space in bytes (0: unknown); DiskLow is
+	// true while it is below its --min-free-disk.
+	DiskFree uint64
+	DiskLow  bool
 }
 
 // ClusterStatus is this node's view of the cluster.
@@ -28,6 +52,9 @@ type ClusterStatus struct {
 	Term         uint64
 	CommitIndex  uint64
 	AppliedIndex uint64
+	// FeatureLevel is the cluster's replicated feature level: the entry
+	// kinds and snapshot formats it may use.
+	FeatureLevel int
 	Members      []Member
 }
 

@@ -111,16 +111,37 @@ type ClusterMember struct {
 	APIAddr  string `json:"apiAddr"`
 	Voter    bool   `json:"voter"`
 	Leader   bool   `json:"leader"`
+	// Health, as the leader sees it. A node that cannot reach the leader
+	// knows only itself: for the others healthKnown is false and the
+	// fields below it are zero.
+	HealthKnown bool `json:"healthKnown"`
+	Reachable   bool `json:"reachable"`
+	Healthy     bool `json:"healthy"`
+	// LastContactMs is how long ago the leader last heard from the member;
+	// -1 when it never has.
+	LastContactMs int64  `json:"lastContactMs"`
+	MatchIndex    uint64 `json:"matchIndex"`
+	Lag           uint64 `json:"lag"`
+	Version       string `json:"version,omitempty"`
+	// FeatureLevel is the highest feature level the member's binary
+	// supports; 0 when unknown.
+	FeatureLevel  int    `json:"featureLevel"`
+	DiskFreeBytes uint64 `json:"diskFreeBytes"`
+	DiskLow       bool   `json:"diskLow"`
 }
 
 // ClusterStatus is the answer of GET /v1/cluster; ID is the answering node's.
 type ClusterStatus struct {
-	ID           string          `json:"id"`
-	ClusterID    string          `json:"clusterId"`
-	Leader       ClusterLeader   `json:"leader"`
-	Term         uint64          `json:"term"`
-	CommitIndex  uint64          `json:"commitIndex"`
-	AppliedIndex uint64          `json:"appliedIndex"`
+	ID           string        `json:"id"`
+	ClusterID    string        `json:"clusterId"`
+	Leader       ClusterLeader `json:"leader"`
+	Term         uint64        `json:"term"`
+	CommitIndex  uint64        `json:"commitIndex"`
+	AppliedIndex uint64        `json:"appliedIndex"`
+	// FeatureLevel is the cluster's replicated feature level; Version the
+	// answering node's release.
+	FeatureLevel int             `json:"featureLevel"`
+	Version      string          `json:"version"`
 	Members      []ClusterMember `json:"members"`
 }
 
@@ -129,6 +150,9 @@ type MemberRequest struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raftAddr"`
 	APIAddr  string `json:"apiAddr"`
+	// Voter false keeps the member a non-voter; absent or true, it is
+	// promoted to voter once it has caught up.
+	Voter *bool `json:"voter,omitempty"`
 }
 
 // TransferRequest is the optional body of POST /v1/cluster/leader-transfer.

@@ -106,4 +106,22 @@ type ProbeReply struct {
 	CommitIndex uint64
 	Leader      bool
 	Voters      []string // its configuration's voters, when it has state
+
+	// The fields below are new in protocol 2; a node of the previous
+	// release leaves them zero.
+
+	// Version is its release (version.String) and Protocol its protocol
+	// version (version.Protocol).
+	Version  string
+	Protocol int
+	// FeatureLevel is the highest replicated feature level its binary
+	// supports (fsm.MaxFeatureLevel); 0 means the previous release's, 1.
+	FeatureLevel int
+	// LastTerm is the term of its last log entry (Raft health).
+	LastTerm uint64
+	// DiskFree is the free space, in bytes, of the file system holding its
+	// data directory; DiskLow is true while that is below its
+	// --min-free-disk, so it refuses writes and should not lead.
+	DiskFree uint64
+	DiskLow  bool
 }
