@@ -52,6 +52,8 @@ const (
 	// holds values no Service names for the owner "import", all or
 	// nothing.
 	KindImport Kind = 12
+	// KindSetFeatureLevel raises the cluster's feature level (feature.go).
+	KindSetFeatureLevel Kind = 13
 )
 
 func (k Kind) String() string {
@@ -80,6 +82,8 @@ func (k Kind) String() string {
 		return "reconcile"
 	case KindImport:
 		return "import"
+	case KindSetFeatureLevel:
+		return "set-feature-level"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -165,6 +169,8 @@ type Request struct {
 	Repair   bool
 	// Held are the values KindImport holds for the owner "import".
 	Held []PoolValues
+	// FeatureLevel is the level of KindSetFeatureLevel.
+	FeatureLevel uint64
 }
 
 // PoolValues names values of one pool.
@@ -273,6 +279,8 @@ func encodeBody(e *encoder, r *Request) {
 				e.str(v)
 			}
 		}
+	case KindSetFeatureLevel:
+		e.uvarint(r.FeatureLevel)
 	}
 }
 
@@ -340,6 +348,11 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 				for k := range r.Held[j].Values {
 					r.Held[j].Values[k] = d.str(maxField)
 				}
+			}
+		case KindSetFeatureLevel:
+			r.FeatureLevel = d.uvarint()
+			if d.err == nil && r.FeatureLevel > MaxFeatureLevel {
+				d.fail("request %d: %v", i, errLevelTooHigh(r.FeatureLevel))
 			}
 		default:
 			d.fail("request %d: unknown kind %d", i, r.Kind)

@@ -38,11 +38,12 @@ func ReadBackup(r io.Reader) (*Backup, error) {
 func (b *Backup) Index() uint64 { return b.s.Index }
 
 // Write writes the backup in the snapshot format with members as its
-// member table and clusterID as its cluster ID. The backup itself is left
-// as it was.
-func (b *Backup) Write(w io.Writer, members []Member, clusterID string) error {
+// member table, clusterID as its cluster ID and level as its feature level:
+// the running cluster's, so that the format is one every member reads. The
+// backup itself is left as it was.
+func (b *Backup) Write(w io.Writer, members []Member, clusterID string, level int) error {
 	out := *b.s
-	out.ClusterID, out.FromBackup = clusterID, true
+	out.ClusterID, out.FromBackup, out.FeatureLevel = clusterID, true, uint64(level)
 	out.Members = make([]snapshot.Member, 0, len(members))
 	for _, m := range members {
 		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})

@@ -28,7 +28,7 @@ func TestBackupKeepsMembers(t *testing.T) {
 	assert.Equal(t, src.index, b.Index())
 	here := []Member{{ID: "n2", RaftAddr: "127.0.0.1:2", APIAddr: "127.0.0.1:12"}, {ID: "n1", RaftAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:11"}}
 	var out bytes.Buffer
-	require.NoError(t, b.Write(&out, here, "this-cluster"))
+	require.NoError(t, b.Write(&out, here, "this-cluster", 1))
 
 	dst := New(nil)
 	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))
@@ -39,7 +39,7 @@ func TestBackupKeepsMembers(t *testing.T) {
 	assert.True(t, ok, "and its request IDs")
 
 	var again bytes.Buffer
-	require.NoError(t, b.Write(&again, src.f.Members(), src.f.ClusterID()))
+	require.NoError(t, b.Write(&again, src.f.Members(), src.f.ClusterID(), src.f.FeatureLevel()))
 	want, err := snapshot.Read(bytes.NewReader(backup.Bytes()))
 	require.NoError(t, err)
 	got, err := snapshot.Read(bytes.NewReader(again.Bytes()))
@@ -69,7 +69,7 @@ func TestRestoreRefusesStaleSnapshot(t *testing.T) {
 	b, err := ReadBackup(bytes.NewReader(old.Bytes()))
 	require.NoError(t, err)
 	var restored bytes.Buffer
-	require.NoError(t, b.Write(&restored, h.f.Members(), h.f.ClusterID()))
+	require.NoError(t, b.Write(&restored, h.f.Members(), h.f.ClusterID(), h.f.FeatureLevel()))
 	require.NoError(t, h.f.Restore(io.NopCloser(bytes.NewReader(restored.Bytes()))), "a restore from a backup replaces the state")
 	_, err = h.f.Get("ports", "30002")
 	assert.ErrorIs(t, err, &Error{Code: CodeNotAllocated}, "the backup's state, without the later allocation")

@@ -18,7 +18,8 @@ var _ raft.FSMSnapshot = (*state)(nil)
 func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
 		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID,
-		network: s.network, services: make(map[string]*ServiceRecord, len(s.services)), freed: s.freed}
+		network: s.network, services: make(map[string]*ServiceRecord, len(s.services)), freed: s.freed,
+		featureLevel: s.featureLevel}
 	for k, r := range s.services { // records are replaced, never changed: share them
 		c.services[k] = r
 	}
@@ -76,6 +77,7 @@ func (s *state) export() *snapshot.State {
 		out.Services = append(out.Services, snapshot.Service{Key: key, Revision: r.Revision, Spec: EncodeSpec(&r.Spec)})
 	}
 	out.ServicesFreed = s.freed
+	out.FeatureLevel = s.featureLevel
 	return out
 }
 
@@ -87,6 +89,10 @@ func (s *state) export() *snapshot.State {
 func importState(ss *snapshot.State) (*state, error) {
 	s := newState()
 	s.index, s.term = ss.Index, ss.Term
+	if ss.FeatureLevel > MaxFeatureLevel {
+		return nil, fmt.Errorf("snapshot: %w", errLevelTooHigh(ss.FeatureLevel))
+	}
+	s.featureLevel = ss.FeatureLevel
 	if ss.ClusterID != "" {
 		if err := ValidateClusterID(ss.ClusterID); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)

@@ -28,6 +28,9 @@ type state struct {
 	// repair whose fence is older does not allocate missing values, which
 	// may be the freed ones of a Service deleted after the caller listed.
 	freed uint64
+	// featureLevel is the cluster's feature level (feature.go); 0 means
+	// none was recorded, which is level 1.
+	featureLevel uint64
 }
 
 func newState() *state {
@@ -105,6 +108,8 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		return s.reconcile(index, r)
 	case KindImport:
 		return s.importServices(index, r)
+	case KindSetFeatureLevel:
+		return s.setFeatureLevel(r.FeatureLevel)
 	}
 	return &Result{Err: errorf(CodeInvalidArgument, "unknown request kind %d", r.Kind)}
 }

@@ -126,7 +126,7 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 	// forwards it. Invalid input never gets this far. The leader puts its
 	// member table in; this node's goes along for a leader that does not.
 	var data bytes.Buffer
-	if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID()); err != nil {
+	if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
 		return err
 	}
 	return n.onLeader(ctx, "Restore", data.Bytes(), nil, func() error { return n.restoreOnLeader(b) })
@@ -149,7 +149,7 @@ func (n *Node) restoreOnLeader(b *fsm.Backup) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := b.Write(f, n.fsm.Members(), n.fsm.ClusterID()); err != nil {
+	if err := b.Write(f, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	size, err := f.Seek(0, io.SeekCurrent)

@@ -9,15 +9,15 @@
 // stream through a 64 KiB buffer: neither holds the whole encoding in
 // memory, and Write allocates nothing per allocation record.
 //
-// # Layout (format version 3)
+// # Layout (format version 4)
 //
 // Fixed-width integers are big-endian. uvarint is encoding/binary's unsigned
 // varint in its shortest form. str is uvarint(len) followed by len bytes.
 //
 //	offset  size  field
 //	     0     8  magic     89 52 41 53 0d 0a 1a 0a      "\x89RAS\r\n\x1a\n"
-//	     8     4  version   uint32, 3 (Read also reads 1, which ends after members,
-//	                        and 2, which ends after cluster)
+//	     8     4  version   uint32, 3 or 4 (Read also reads 1, which ends after
+//	                        members, and 2, which ends after cluster)
 //	    12     8  index     uint64, the last applied log index
 //	    20     8  term      uint64, the term of that entry
 //	    28     …  pools     'P' uvarint(n) pool×n       sorted by name, unique
@@ -28,6 +28,7 @@
 //	           …  services  'S' network uvarint(n) service×n freed:uvarint
 //	                                                   sorted by key, unique; freed: the index of the
 //	                                                   last entry that freed a Service's value
+//	           …  feature   'F' level:uvarint          version 4 only: the cluster's feature level, >= 2
 //	   L-4     4  checksum  uint32, CRC-32C of bytes [0, L-4)
 //	     L        end of stream: nothing may follow
 //
@@ -38,6 +39,11 @@
 //	network    = 00 (none) | 01 uvarint(f) family:str×f ipv4Pool:str ipv6Pool:str nodePortPool:str
 //	service    = key:str revision:uvarint spec:str   key "namespace/name", revision > 0,
 //	                                                  spec in the state machine's encoding
+//
+// Write picks the version from the state's feature level: 3 for level 1
+// (the format of the release before feature levels, so that its nodes
+// read what a newer node writes during a rolling upgrade), 4 from level
+// 2 on. A cluster raises its level only once every member reads 4.
 //
 // flags holds the mode in bit 0 (1 = static, 0 = dynamic); its other bits
 // are zero. The one-byte section tags cost nothing and let an error say

@@ -221,6 +221,18 @@ func (d *decoder) state() (*State, error) {
 			return nil, err
 		}
 	}
+	if d.version >= 4 {
+		if err := d.tag(tagFeature, "feature level"); err != nil {
+			return nil, err
+		}
+		start := d.off()
+		if s.FeatureLevel, err = d.uvarint("feature level"); err != nil {
+			return nil, err
+		}
+		if s.FeatureLevel < 2 || s.FeatureLevel > maxFeature {
+			return nil, corrupt(start, fmt.Errorf("feature level %d: a version 4 snapshot holds 2 to %d", s.FeatureLevel, maxFeature))
+		}
+	}
 	return s, d.trailer()
 }
 

@@ -189,6 +189,23 @@ func TestLayout(t *testing.T) {
 	require.Equal(t, &s, got)
 }
 
+// TestLayoutFeatureLevel: feature level 1 writes version 3, which the
+// release before feature levels reads; level 2 writes version 4 with the
+// level after the services section.
+func TestLayoutFeatureLevel(t *testing.T) {
+	s := *layoutState
+	s.ClusterID, s.FeatureLevel = "c1", 1
+	want := sealedHex(t, layoutBody("00000003", "43 02 6331 00", "53 00 00 00"))
+	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+
+	s.FeatureLevel = 2
+	want = sealedHex(t, layoutBody("00000004", "43 02 6331 00", "53 00 00 00", "46 02")) // 'F', level 2
+	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+	got, err := Read(bytes.NewReader(want))
+	require.NoError(t, err)
+	require.Equal(t, &s, got)
+}
+
 // TestReadsVersion2: a snapshot written before the services section
 // existed still restores, with no service network and no Services.
 func TestReadsVersion2(t *testing.T) {

@@ -35,6 +35,12 @@ type State struct {
 	// ServicesFreed is the index of the last entry that freed a value a
 	// Service held (0: none, and before version 3).
 	ServicesFreed uint64
+	// FeatureLevel is the cluster's replicated feature level. 0 and 1 both
+	// mean level 1, which Write encodes as version 3, the format every
+	// release since Services reads; 2 and above need version 4, which
+	// records the level. The level decides the format so that a snapshot
+	// is written in a format every member reads.
+	FeatureLevel uint64
 }
 
 // Network is the service network: its IP families in order ("IPv4",
@@ -95,13 +101,16 @@ type Member struct {
 // Format constants; doc.go draws the layout.
 const (
 	magic      = "\x89RAS\r\n\x1a\n"
-	version    = 3 // what Write writes; Read also reads 1 (no cluster section) and 2 (no services section)
+	version    = 4 // the newest Read reads: 1 (no cluster section), 2 (no services section), 3 (no feature level), 4
+	// versionLevel1 is what Write writes for feature level 0 or 1.
+	versionLevel1 = 3
 	headerSize = len(magic) + 4 + 8 + 8
 	tagPools   = 'P'
 	tagReqs    = 'R'
 	tagMembers = 'M'
 	tagCluster = 'C'
 	tagSvc     = 'S'
+	tagFeature = 'F'
 	flagBackup = 1 << 0 // the cluster section's flags
 	flagStatic = 1 << 0
 	bufSize    = 64 << 10
@@ -122,6 +131,7 @@ const (
 	maxSvcKey   = 127 // a 63-byte namespace, "/", a 63-byte name
 	maxSpec     = 1 << 20
 	maxFamilies = 2
+	maxFeature  = 1 << 16
 	// maxPrealloc is the first capacity of a slice whose length was read
 	// off the stream; it grows from there as elements arrive.
 	maxPrealloc = 1024
@@ -221,6 +231,9 @@ func validate(s *State) error {
 	}
 	if err := checkClusterID(s.ClusterID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if s.FeatureLevel > maxFeature {
+		return fmt.Errorf("%w: feature level %d: at most %d", ErrInvalid, s.FeatureLevel, maxFeature)
 	}
 	if err := validateNetwork(s.Network); err != nil {
 		return fmt.Errorf("%w: service network: %w", ErrInvalid, err)

@@ -39,6 +39,10 @@ func encode(w io.Writer, s *State) error {
 	e.byte(flags)
 	e.services(s.Network, s.Services)
 	e.uvarint(s.ServicesFreed)
+	if formatOf(s) >= 4 {
+		e.byte(tagFeature)
+		e.uvarint(s.FeatureLevel)
+	}
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}
@@ -51,6 +55,15 @@ func encode(w io.Writer, s *State) error {
 		return fmt.Errorf("snapshot: write checksum: %w", err)
 	}
 	return nil
+}
+
+// formatOf is the format version Write uses for s: the oldest that holds
+// it, so that every member of a cluster at s's feature level reads it.
+func formatOf(s *State) uint32 {
+	if s.FeatureLevel <= 1 {
+		return versionLevel1
+	}
+	return version
 }
 
 // encoder appends fields to a buffered writer. The first error sticks and
@@ -97,7 +110,7 @@ func (e *encoder) header(s *State) {
 	if e.err == nil {
 		_, e.err = e.w.WriteString(magic)
 	}
-	e.write(binary.BigEndian.AppendUint32(e.scratch[:0], version))
+	e.write(binary.BigEndian.AppendUint32(e.scratch[:0], formatOf(s)))
 	e.u64(s.Index)
 	e.u64(s.Term)
 }

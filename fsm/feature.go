@@ -1,0 +1,72 @@
+package fsm
+
+import "fmt"
+
+// Feature levels let nodes of two releases run one cluster during a
+// rolling upgrade. A release supports every level up to its
+// MaxFeatureLevel. The cluster's level is replicated state: a leader
+// proposes an entry kind, and every node writes a snapshot format, only
+// if the cluster's level has it, and the level is raised (by a
+// KindSetFeatureLevel entry) only once every member's binary supports the
+// new one. So no node ever receives an entry or a snapshot it cannot read.
+//
+//   - Level 1: the release before levels existed: kinds 0 to 12, snapshot
+//     format 3. A state that never recorded a level is at level 1.
+//   - Level 2: KindSetFeatureLevel itself, and snapshot format 4, which
+//     records the level.
+//
+// A new kind or format bumps MaxFeatureLevel and names its level in
+// kindLevels (or in the snapshot package's choice of format).
+const MaxFeatureLevel = 2
+
+// kindLevels is the feature level that introduced each kind; kinds not
+// listed are level 1.
+var kindLevels = map[Kind]int{
+	KindSetFeatureLevel: 2,
+}
+
+// KindLevel returns the feature level a cluster must have before a leader
+// proposes an entry of kind k. KindSetFeatureLevel is the raise itself: its
+// proposer checks the members instead (see node.RaiseFeatureLevel).
+func KindLevel(k Kind) int {
+	if l, ok := kindLevels[k]; ok {
+		return l
+	}
+	return 1
+}
+
+// level is the state's feature level: 1 when none was recorded.
+func (s *state) level() int {
+	return max(1, int(s.featureLevel))
+}
+
+// setFeatureLevel raises the cluster's feature level. It never lowers it:
+// a node of an older release may no longer read what was written since,
+// so a lower level would promise what it cannot keep. A level above this
+// build's never reaches here: DecodeEntry refuses it, and the node stops
+// rather than apply what it does not know.
+func (s *state) setFeatureLevel(level uint64) *Result {
+	switch {
+	case level < 1:
+		return &Result{Err: errorf(CodeInvalidArgument, "feature level %d: levels start at 1", level)}
+	case int(level) < s.level():
+		return &Result{Err: errorf(CodeInvalidArgument, "feature level %d is below the cluster's, %d: a level is never lowered", level, s.level())}
+	case int(level) == s.level():
+		return &Result{}
+	}
+	s.featureLevel = level
+	return &Result{Created: true}
+}
+
+// FeatureLevel returns the cluster's feature level, 1 until one was raised.
+func (f *FSM) FeatureLevel() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.level()
+}
+
+// errLevelTooHigh explains an entry or snapshot of a level this build does not have.
+func errLevelTooHigh(level uint64) error {
+	return fmt.Errorf("feature level %d is above this build's %d: this node runs an older release than the cluster; upgrade its binary",
+		level, MaxFeatureLevel)
+}

@@ -1,0 +1,95 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func setLevel(l uint64) *Request { return &Request{Kind: KindSetFeatureLevel, FeatureLevel: l} }
+
+// snapshotVersion is the format version of the state's snapshot.
+func snapshotVersion(t *testing.T, f *FSM) (uint32, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, f.WriteBackup(&b))
+	return binary.BigEndian.Uint32(b.Bytes()[8:12]), b.Bytes()
+}
+
+func TestFeatureLevelRaisesAndNeverLowers(t *testing.T) {
+	h := newHarness(t)
+	assert.Equal(t, 1, h.f.FeatureLevel(), "a state that never recorded a level is at level 1")
+	assert.True(t, h.one(setLevel(1)).Err == nil && !h.one(setLevel(1)).Created, "the current level: nothing to do")
+
+	res := h.one(setLevel(2))
+	require.Nil(t, res.Err)
+	assert.True(t, res.Created)
+	assert.Equal(t, 2, h.f.FeatureLevel())
+
+	res = h.one(setLevel(1))
+	require.NotNil(t, res.Err)
+	assert.Equal(t, CodeInvalidArgument, res.Err.Code)
+	assert.Contains(t, res.Err.Message, "never lowered")
+	assert.Equal(t, 2, h.f.FeatureLevel())
+	assert.NotNil(t, h.one(setLevel(0)).Err)
+}
+
+// TestFeatureLevelDecidesTheSnapshotFormat: at level 1 a snapshot is
+// format 3, which the release before levels reads; at level 2 it is format
+// 4, and the level survives a restore.
+func TestFeatureLevelDecidesTheSnapshotFormat(t *testing.T) {
+	h := newHarness(t)
+	h.pool("p", "10.0.0.0/24")
+	h.one(txn(alloc("p", "10.0.0.7", "o")))
+	v, _ := snapshotVersion(t, h.f)
+	assert.Equal(t, uint32(3), v)
+
+	h.one(setLevel(2))
+	v, snap := snapshotVersion(t, h.f)
+	assert.Equal(t, uint32(4), v)
+	g := New(nil)
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(snap))))
+	assert.Equal(t, 2, g.FeatureLevel())
+	a, err := g.Get("p", "10.0.0.7")
+	require.NoError(t, err)
+	assert.Equal(t, "o", a.Owner)
+}
+
+// TestLevelAboveThisBuildStopsTheNode: an entry raising the level past
+// what this build supports is one it cannot follow; like an unknown kind,
+// it stops the node rather than let it diverge.
+func TestLevelAboveThisBuildStopsTheNode(t *testing.T) {
+	data := EncodeBatch([]*Request{setLevel(MaxFeatureLevel + 1)})
+	_, err := DecodeEntry(data)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "upgrade its binary")
+	f := New(nil)
+	assert.Panics(t, func() { f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}) })
+	assert.Equal(t, 1, f.FeatureLevel())
+}
+
+// TestKindLevels: every kind of the release before levels is level 1, so
+// a cluster at level 1 proposes them to nodes of that release; the raise
+// is level 2.
+func TestKindLevels(t *testing.T) {
+	for k := KindTxn; k <= KindImport; k++ {
+		assert.Equal(t, 1, KindLevel(k), "kind %s", k)
+	}
+	assert.Equal(t, 2, KindLevel(KindSetFeatureLevel))
+	for k, l := range kindLevels {
+		assert.LessOrEqual(t, l, MaxFeatureLevel, "kind %s needs a level this build has", k)
+	}
+}
+
+func TestSetFeatureLevelRoundTrip(t *testing.T) {
+	reqs := []*Request{{Kind: KindSetFeatureLevel, ID: "x", FeatureLevel: 2}}
+	got, err := DecodeEntry(EncodeBatch(reqs))
+	require.NoError(t, err)
+	assert.Equal(t, reqs, got)
+	assert.NotEqual(t, setLevel(1).Fingerprint(), setLevel(2).Fingerprint())
+}
