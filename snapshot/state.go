@@ -100,20 +100,20 @@ type Member struct {
 
 // Format constants; doc.go draws the layout.
 const (
-	magic      = "\x89RAS\r\n\x1a\n"
-	version    = 4 // the newest Read reads: 1 (no cluster section), 2 (no services section), 3 (no feature level), 4
+	magic   = "\x89RAS\r\n\x1a\n"
+	version = 4 // the newest Read reads: 1 (no cluster section), 2 (no services section), 3 (no feature level), 4
 	// versionLevel1 is what Write writes for feature level 0 or 1.
 	versionLevel1 = 3
-	headerSize = len(magic) + 4 + 8 + 8
-	tagPools   = 'P'
-	tagReqs    = 'R'
-	tagMembers = 'M'
-	tagCluster = 'C'
-	tagSvc     = 'S'
-	tagFeature = 'F'
-	flagBackup = 1 << 0 // the cluster section's flags
-	flagStatic = 1 << 0
-	bufSize    = 64 << 10
+	headerSize    = len(magic) + 4 + 8 + 8
+	tagPools      = 'P'
+	tagReqs       = 'R'
+	tagMembers    = 'M'
+	tagCluster    = 'C'
+	tagSvc        = 'S'
+	tagFeature    = 'F'
+	flagBackup    = 1 << 0 // the cluster section's flags
+	flagStatic    = 1 << 0
+	bufSize       = 64 << 10
 )
 
 // Limits on every length Read accepts, in bytes. Read checks a length
