@@ -54,6 +54,9 @@ const (
 	KindImport Kind = 12
 	// KindSetFeatureLevel raises the cluster's feature level (feature.go).
 	KindSetFeatureLevel Kind = 13
+	// KindSetMemberNonvoter writes a member row like KindSetMember, and
+	// with it whether the member stays a non-voter (Member.Nonvoter).
+	KindSetMemberNonvoter Kind = 14
 )
 
 func (k Kind) String() string {
@@ -84,6 +87,8 @@ func (k Kind) String() string {
 		return "import"
 	case KindSetFeatureLevel:
 		return "set-feature-level"
+	case KindSetMemberNonvoter:
+		return "set-member-nonvoter"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -184,6 +189,9 @@ type Member struct {
 	ID       string
 	RaftAddr string
 	APIAddr  string
+	// Nonvoter keeps the member a non-voter: the leader does not promote
+	// it. Only KindSetMemberNonvoter sets it; KindSetMember clears it.
+	Nonvoter bool
 }
 
 // EncodeBatch returns the log entry carrying reqs.
@@ -281,6 +289,11 @@ func encodeBody(e *encoder, r *Request) {
 		}
 	case KindSetFeatureLevel:
 		e.uvarint(r.FeatureLevel)
+	case KindSetMemberNonvoter:
+		e.str(r.Member.ID)
+		e.str(r.Member.RaftAddr)
+		e.str(r.Member.APIAddr)
+		e.bool(r.Member.Nonvoter)
 	}
 }
 
@@ -349,6 +362,8 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 					r.Held[j].Values[k] = d.str(maxField)
 				}
 			}
+		case KindSetMemberNonvoter:
+			r.Member = Member{ID: d.str(maxField), RaftAddr: d.str(maxField), APIAddr: d.str(maxField), Nonvoter: d.bool()}
 		case KindSetFeatureLevel:
 			r.FeatureLevel = d.uvarint()
 			if d.err == nil && r.FeatureLevel > MaxFeatureLevel {

@@ -12,8 +12,8 @@ import "fmt"
 //
 //   - Level 1: the release before levels existed: kinds 0 to 12, snapshot
 //     format 3. A state that never recorded a level is at level 1.
-//   - Level 2: KindSetFeatureLevel itself, and snapshot format 4, which
-//     records the level.
+//   - Level 2: KindSetFeatureLevel itself; KindSetMemberNonvoter; snapshot
+//     format 4, which records the level and the members kept non-voters.
 //
 // A new kind or format bumps MaxFeatureLevel and names its level in
 // kindLevels (or in the snapshot package's choice of format).
@@ -22,7 +22,8 @@ const MaxFeatureLevel = 2
 // kindLevels is the feature level that introduced each kind; kinds not
 // listed are level 1.
 var kindLevels = map[Kind]int{
-	KindSetFeatureLevel: 2,
+	KindSetFeatureLevel:   2,
+	KindSetMemberNonvoter: 2,
 }
 
 // KindLevel returns the feature level a cluster must have before a leader

@@ -93,3 +93,30 @@ func TestSetFeatureLevelRoundTrip(t *testing.T) {
 	assert.Equal(t, reqs, got)
 	assert.NotEqual(t, setLevel(1).Fingerprint(), setLevel(2).Fingerprint())
 }
+
+// TestNonvoterMember: the row of a member kept a non-voter survives a
+// snapshot, and a plain set-member row clears the mark.
+func TestNonvoterMember(t *testing.T) {
+	h := newHarness(t)
+	h.one(setLevel(2))
+	m := Member{ID: "n4", RaftAddr: "127.0.0.1:4", APIAddr: "127.0.0.1:14", Nonvoter: true}
+	require.Nil(t, h.one(&Request{Kind: KindSetMemberNonvoter, Member: m}).Err)
+	got, ok := h.f.Member("n4")
+	require.True(t, ok)
+	assert.Equal(t, m, got)
+
+	_, snap := snapshotVersion(t, h.f)
+	g := New(nil)
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(snap))))
+	got, _ = g.Member("n4")
+	assert.True(t, got.Nonvoter, "kept across a snapshot")
+
+	require.Nil(t, h.one(&Request{Kind: KindSetMember, Member: m}).Err)
+	got, _ = h.f.Member("n4")
+	assert.False(t, got.Nonvoter, "a plain row makes it a voter-to-be again")
+
+	reqs := []*Request{{Kind: KindSetMemberNonvoter, Member: m}}
+	dec, err := DecodeEntry(EncodeBatch(reqs))
+	require.NoError(t, err)
+	assert.Equal(t, reqs, dec)
+}

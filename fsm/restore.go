@@ -46,7 +46,7 @@ func (b *Backup) Write(w io.Writer, members []Member, clusterID string, level in
 	out.ClusterID, out.FromBackup, out.FeatureLevel = clusterID, true, uint64(level)
 	out.Members = make([]snapshot.Member, 0, len(members))
 	for _, m := range members {
-		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
+		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Nonvoter: m.Nonvoter})
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
 	if err := snapshot.Write(w, &out); err != nil {

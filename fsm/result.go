@@ -40,6 +40,10 @@ const (
 	CodeServiceNotFound Code = "ServiceNotFound"
 	// CodeOwnedByService: a plain release of a value a Service holds.
 	CodeOwnedByService Code = "OwnedByService"
+	// CodeVersionMismatch: a member's release cannot take part in what was
+	// asked: it does not support the feature level (a raise, a join), or
+	// it speaks a newer protocol than the leader.
+	CodeVersionMismatch Code = "VersionMismatch"
 )
 
 // Error is a domain failure decided by the state machine: a definite

@@ -63,7 +63,7 @@ func (s *state) export() *snapshot.State {
 		out.Requests = append(out.Requests, snapshot.Request{ID: e.id, Index: e.index, Fingerprint: e.fp, Result: e.result})
 	}
 	for _, m := range s.members {
-		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
+		out.Members = append(out.Members, snapshot.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Nonvoter: m.Nonvoter})
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
 	if s.network.Set() {
@@ -139,7 +139,7 @@ func importState(ss *snapshot.State) (*state, error) {
 		s.requests.put(&requestEntry{id: sr.ID, fp: sr.Fingerprint, index: sr.Index, result: sr.Result})
 	}
 	for _, m := range ss.Members {
-		s.members[m.ID] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr}
+		s.members[m.ID] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Nonvoter: m.Nonvoter}
 	}
 	if ss.Network != nil {
 		n := ServiceNetwork{IPv4Pool: ss.Network.IPv4Pool, IPv6Pool: ss.Network.IPv6Pool, NodePortPool: ss.Network.NodePortPool}

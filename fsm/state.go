@@ -84,11 +84,13 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		return s.createPool(r.Pool, r.Range, true)
 	case KindDeletePool:
 		return s.deletePool(r.Pool)
-	case KindSetMember:
+	case KindSetMember, KindSetMemberNonvoter:
 		if err := ValidateMember(r.Member); err != nil {
 			return &Result{Err: err}
 		}
-		s.members[r.Member.ID] = r.Member
+		m := r.Member
+		m.Nonvoter = r.Kind == KindSetMemberNonvoter && m.Nonvoter
+		s.members[m.ID] = m
 		return &Result{}
 	case KindRemoveMember:
 		if _, ok := s.members[r.Member.ID]; !ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/rangealloc/rangealloc/version"
 	"github.com/rangealloc/rangealloc/transport"
 )
 
@@ -252,7 +253,8 @@ func fromWireErr(w *wireErr) error {
 // forwardSubmit proposes a request through the leader at addr.
 func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
 	var reply submitReply
-	sent, err := n.fwd.call(ctx, addr, "Submit", &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req})}, &reply, n.leaderMoved(addr))
+	args := &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req}), Protocol: version.Protocol}
+	sent, err := n.fwd.call(ctx, addr, "Submit", args, &reply, n.leaderMoved(addr))
 	if err != nil {
 		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
 	}
@@ -269,6 +271,7 @@ func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request)
 // forwardRead runs a read on the leader at addr.
 func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*readReply, error) {
 	var reply readRPCReply
+	args.Protocol = version.Protocol
 	if _, err := n.fwd.call(ctx, addr, "Read", args, &reply, n.leaderMoved(addr)); err != nil {
 		return nil, fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
@@ -366,12 +369,27 @@ func (s *rpcService) leaderOnly() *wireErr {
 	return nil
 }
 
+// protocol refuses a call from a node that speaks a newer protocol than
+// this one: it may mean what this release cannot know. A node of the
+// release before protocol versions sends 0, which is protocol 1.
+func (s *rpcService) protocol(p int) *wireErr {
+	if p <= version.Protocol {
+		return nil
+	}
+	return &wireErr{Domain: &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+		"a forwarded call speaks protocol %d, and leader %s (release %s) speaks %d: finish the upgrade, or let an upgraded node lead",
+		p, s.n.id, version.String(), version.Protocol)}}
+}
+
 // Submit proposes a forwarded request.
 func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 	if reply.Err = s.member(); reply.Err != nil {
 		return nil
 	}
 	if reply.Err = s.leaderOnly(); reply.Err != nil {
+		return nil
+	}
+	if reply.Err = s.protocol(args.Protocol); reply.Err != nil {
 		return nil
 	}
 	reqs, err := fsm.DecodeEntry(args.Entry)
@@ -397,6 +415,9 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 // Read serves a forwarded read.
 func (s *rpcService) Read(args *readArgs, reply *readRPCReply) error {
 	if reply.Err = s.member(); reply.Err != nil {
+		return nil
+	}
+	if reply.Err = s.protocol(args.Protocol); reply.Err != nil {
 		return nil
 	}
 	ctx, cancel := s.ctx()

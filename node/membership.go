@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/rangealloc/rangealloc/version"
 )
 
 // How a node without state takes part in a cluster, and why it is safe.
@@ -246,7 +248,7 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var reply wire.ProbeReply
-		if _, err = n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id}, &reply, nil); err == nil {
+		if _, err = n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply, nil); err == nil {
 			return &reply, nil
 		}
 		if ctx.Err() != nil {
@@ -270,6 +272,8 @@ func (n *Node) probeReply() *wire.ProbeReply {
 		}
 	}
 	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
+	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, fsm.MaxFeatureLevel
+	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
 	return r
 }
 

@@ -35,7 +35,8 @@
 //	pool       = name:str range:str data:str uvarint(k) allocation×k
 //	allocation = owner:str flags:1 revision:uvarint
 //	request    = id:str index:uvarint fingerprint:8 result:str
-//	member     = id:str raftAddr:str apiAddr:str
+//	member     = id:str raftAddr:str apiAddr:str [flags:1]  flags in version 4 only:
+//	                                                  bit 0 keeps the member a non-voter
 //	network    = 00 (none) | 01 uvarint(f) family:str×f ipv4Pool:str ipv6Pool:str nodePortPool:str
 //	service    = key:str revision:uvarint spec:str   key "namespace/name", revision > 0,
 //	                                                  spec in the state machine's encoding

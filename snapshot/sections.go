@@ -210,8 +210,19 @@ func (d *decoder) member(members []Member) (Member, error) {
 	if m.RaftAddr, err = d.str("raft address", 0, maxAddr); err != nil {
 		return m, err
 	}
-	m.APIAddr, err = d.str("API address", 0, maxAddr)
-	return m, err
+	if m.APIAddr, err = d.str("API address", 0, maxAddr); err != nil || d.version < 4 {
+		return m, err
+	}
+	start = d.off()
+	p, err := d.next("member flags", 1)
+	if err != nil {
+		return m, err
+	}
+	if p[0]&^flagNonvoter != 0 {
+		return m, corrupt(start, fmt.Errorf("member flags 0x%02x: unknown bits", p[0]))
+	}
+	m.Nonvoter = p[0]&flagNonvoter != 0
+	return m, nil
 }
 
 // services reads the services section: the service network, then the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"math/big"
 	"strings"
@@ -197,9 +198,15 @@ func TestLayoutFeatureLevel(t *testing.T) {
 	s.ClusterID, s.FeatureLevel = "c1", 1
 	want := sealedHex(t, layoutBody("00000003", "43 02 6331 00", "53 00 00 00"))
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
+	nonvoter := s
+	nonvoter.Members = []Member{{ID: "n1", Nonvoter: true}}
+	require.ErrorIs(t, Write(io.Discard, &nonvoter), ErrInvalid, "format 3 cannot keep a non-voter")
 
 	s.FeatureLevel = 2
-	want = sealedHex(t, layoutBody("00000004", "43 02 6331 00", "53 00 00 00", "46 02")) // 'F', level 2
+	s.Members = []Member{{ID: "n1", RaftAddr: "h:1", APIAddr: "h:2", Nonvoter: true}}
+	body := strings.Replace(string(layoutBody("00000004", "43 02 6331 00", "53 00 00 00", "46 02")), // 'F', level 2
+		"02 6e31 03 683a31 03 683a32", "02 6e31 03 683a31 03 683a32 01", 1) // a member's flags: stays a non-voter
+	want = sealedHex(t, []byte(body))
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(encoded(t, &s)))
 	got, err := Read(bytes.NewReader(want))
 	require.NoError(t, err)

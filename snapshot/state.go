@@ -96,6 +96,9 @@ type Member struct {
 	ID       string
 	RaftAddr string
 	APIAddr  string
+	// Nonvoter keeps the member a non-voter: the leader does not promote
+	// it (version 4 only).
+	Nonvoter bool
 }
 
 // Format constants; doc.go draws the layout.
@@ -113,7 +116,9 @@ const (
 	tagFeature    = 'F'
 	flagBackup    = 1 << 0 // the cluster section's flags
 	flagStatic    = 1 << 0
-	bufSize       = 64 << 10
+	// flagNonvoter, in a member's flags (version 4), keeps it a non-voter.
+	flagNonvoter = 1 << 0
+	bufSize      = 64 << 10
 )
 
 // Limits on every length Read accepts, in bytes. Read checks a length
@@ -231,6 +236,11 @@ func validate(s *State) error {
 	}
 	if err := checkClusterID(s.ClusterID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for _, m := range s.Members {
+		if m.Nonvoter && s.FeatureLevel < 2 {
+			return fmt.Errorf("%w: member %q stays a non-voter, which needs feature level 2 (format 4)", ErrInvalid, m.ID)
+		}
 	}
 	if s.FeatureLevel > maxFeature {
 		return fmt.Errorf("%w: feature level %d: at most %d", ErrInvalid, s.FeatureLevel, maxFeature)

@@ -29,7 +29,7 @@ func encode(w io.Writer, s *State) error {
 	e.header(s)
 	e.pools(s.Pools)
 	e.requests(s.Requests)
-	e.members(s.Members)
+	e.members(s.Members, formatOf(s) >= 4)
 	e.byte(tagCluster)
 	e.str(s.ClusterID)
 	var flags byte
@@ -148,7 +148,7 @@ func (e *encoder) requests(reqs []Request) {
 	}
 }
 
-func (e *encoder) members(members []Member) {
+func (e *encoder) members(members []Member, flags bool) {
 	e.byte(tagMembers)
 	e.uvarint(uint64(len(members)))
 	for i := 0; i < len(members) && e.err == nil; i++ {
@@ -156,6 +156,13 @@ func (e *encoder) members(members []Member) {
 		e.str(m.ID)
 		e.str(m.RaftAddr)
 		e.str(m.APIAddr)
+		if flags {
+			var f byte
+			if m.Nonvoter {
+				f |= flagNonvoter
+			}
+			e.byte(f)
+		}
 	}
 }
 

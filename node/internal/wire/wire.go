@@ -20,6 +20,8 @@ type ReadArgs struct {
 	Namespace, Name string
 	Fence           uint64
 	Services        []service.Spec
+	// Protocol is the sender's version.Protocol (0: 1).
+	Protocol int
 }
 
 // Pool is a pool's status with its range as a string.
@@ -58,6 +60,9 @@ type Error struct {
 // (fsm.EncodeBatch of one request): compact, and no reflection.
 type SubmitArgs struct {
 	Entry []byte
+	// Protocol is the sender's version.Protocol (0 from a node of the
+	// release before protocol versions: 1).
+	Protocol int
 }
 
 // SubmitReply answers Node.Submit; Result is fsm.EncodeResult's form.
@@ -86,7 +91,8 @@ type JoinReply struct {
 // founding peer, and the leader's promotion and readiness checks want to
 // know.
 type ProbeArgs struct {
-	From string // the asking node's ID, for logs
+	From     string // the asking node's ID, for logs
+	Protocol int    // the asking node's version.Protocol (0: 1)
 }
 
 // ProbeReply is what a node says of itself.
