@@ -81,6 +81,9 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 
 // propose hands a request to this leader's group commit and waits for it.
 func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
+	if err := checkKindLevel(req.Kind, n.fsm.FeatureLevel()); err != nil {
+		return outcome{res: &fsm.Result{Err: err}}
+	}
 	p := &proposal{req: req, done: make(chan outcome, 1)}
 	select {
 	case n.proposals <- p:

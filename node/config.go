@@ -48,6 +48,13 @@ type Config struct {
 	// Join lists Raft addresses of existing members to ask, in turn, to add
 	// this node as a voter, when the node has no state.
 	Join []string
+	// Nonvoter asks, with Join, to stay a non-voter: the leader then never
+	// promotes this node (a read replica, or a witness of the log).
+	Nonvoter bool
+	// CleanupDeadAfter, when positive, makes the leader remove a member it
+	// has not reached for this long, never taking the voters below three
+	// (health.go). 0: dead members stay until removed by hand.
+	CleanupDeadAfter time.Duration
 	// Pools are created when this node bootstraps a new cluster (no state,
 	// and no Join): the first leader creates them.
 	Pools []PoolSpec

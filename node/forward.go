@@ -448,6 +448,12 @@ func (s *rpcService) AddMember(m fsm.Member, reply *callReply) error {
 	return s.run(reply, func(ctx context.Context) error { return s.n.addMemberOnLeader(ctx, m) })
 }
 
+// FinalizeUpgrade raises the feature level for a follower (feature.go);
+// the argument is unused (net/rpc wants one).
+func (s *rpcService) FinalizeUpgrade(_ int, reply *callReply) error {
+	return s.run(reply, func(ctx context.Context) error { _, err := s.n.raiseFeatureLevel(ctx); return err })
+}
+
 // RemoveMember removes a forwarded member.
 func (s *rpcService) RemoveMember(id string, reply *callReply) error {
 	return s.run(reply, func(ctx context.Context) error { return s.n.removeMemberOnLeader(ctx, id) })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // Member is a cluster member as the cluster status shows it.
@@ -59,7 +60,9 @@ type ClusterStatus struct {
 }
 
 // Cluster returns this node's view of the cluster: the Raft configuration
-// joined with the member table's API addresses.
+// joined with the member table's API addresses, and each member's health
+// as the leader sees it (asked of the leader by a follower; when there is
+// no leader to ask, a node knows only its own).
 func (n *Node) Cluster() (ClusterStatus, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -68,11 +71,26 @@ func (n *Node) Cluster() (ClusterStatus, error) {
 	_, leaderID := n.raft.LeaderWithID()
 	term, _ := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
 	st := ClusterStatus{ID: n.id, ClusterID: n.ClusterID(), LeaderID: string(leaderID), Term: term,
-		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex()}
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex(), FeatureLevel: n.fsm.FeatureLevel()}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	h, err := n.leaderHealth(ctx)
+	if err != nil {
+		me := n.probeReply()
+		h = &wire.HealthReply{Members: map[string]wire.MemberHealth{n.id: {Reachable: true, MatchIndex: me.LastIndex,
+			Version: me.Version, FeatureLevel: me.FeatureLevel, DiskFree: me.DiskFree, DiskLow: me.DiskLow}}}
+	} else {
+		st.FeatureLevel = h.FeatureLevel
+	}
 	for _, s := range f.Configuration().Servers {
-		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leaderID}
+		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leaderID, LastContact: -1}
 		if row, ok := n.fsm.Member(m.ID); ok {
 			m.APIAddr = row.APIAddr
+		}
+		if mh, ok := h.Members[m.ID]; ok {
+			m.Known, m.Reachable, m.Healthy, m.LastContact = true, mh.Reachable, mh.Healthy, mh.LastContact
+			m.MatchIndex, m.Lag, m.Version, m.FeatureLevel = mh.MatchIndex, mh.Lag, mh.Version, mh.FeatureLevel
+			m.DiskFree, m.DiskLow = mh.DiskFree, mh.DiskLow
 		}
 		if m.Leader {
 			st.LeaderAPI = m.APIAddr

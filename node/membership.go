@@ -280,7 +280,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 // join asks the members of cfg.Join in turn to add this node, until one
 // does, or one refuses it for good.
 func (n *Node) join(ctx context.Context) error {
-	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}
+	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr, Nonvoter: n.cfg.Nonvoter}
 	var last error
 	for attempt := 0; ; attempt++ {
 		for _, addr := range n.cfg.Join {
@@ -319,6 +319,8 @@ func (n *Node) join(ctx context.Context) error {
 // addMemberOnLeader checks a newcomer over its Raft port, then adds it as
 // a non-voter (promoteLoop makes it a voter) and writes its member row.
 func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
 	r, err := n.probe(ctx, m.RaftAddr)
 	if err != nil {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
@@ -335,6 +337,16 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			Message: fmt.Sprintf("node %s at %s holds state of another cluster (cluster %q, last index %d): it was started on its own "+
 				"or belongs elsewhere; empty its data directory and start it with --join to add it", m.ID, m.RaftAddr, r.ClusterID, r.LastIndex)}
 	}
+	if err := n.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
+		return err
+	}
+	kind := fsm.KindSetMember
+	if m.Nonvoter {
+		kind = fsm.KindSetMemberNonvoter
+		if err := checkKindLevel(kind, n.fsm.FeatureLevel()); err != nil {
+			return err
+		}
+	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -346,6 +358,9 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 		}
 	}
 	switch {
+	case cur != nil && cur.Suffrage == raft.Voter && m.Nonvoter:
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"member %s is a voter: to keep it a non-voter, remove it (rangealloc cluster remove %s) and add it again", m.ID, m.ID)}
 	case cur != nil && cur.Suffrage == raft.Voter && !r.HasState:
 		return &fsm.Error{Code: fsm.CodeMemberDataLost, Op: -1, Message: fmt.Sprintf(
 			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
@@ -364,7 +379,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
 		}
 	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetMember, Member: m})
+	res, err := n.submit(ctx, &fsm.Request{Kind: kind, Member: m})
 	if err != nil {
 		return err
 	}
@@ -374,49 +389,9 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 	return nil
 }
 
-// promoteLag is how close to the leader's commit index a non-voter's
-// applied index must be before it is promoted.
+// promoteLag is how close to the leader's last index a non-voter's
+// applied index must be before it is promoted (health.go).
 const promoteLag = 250
-
-// promoteLoop, on the leader, promotes each non-voter that has caught up.
-func (n *Node) promoteLoop() {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.shutdown:
-			return
-		case <-t.C:
-		}
-		if !n.ready.Load() {
-			continue
-		}
-		f := n.raft.GetConfiguration()
-		if f.Error() != nil {
-			continue
-		}
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage != raft.Nonvoter {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-			r, err := n.probe(ctx, string(s.Address))
-			cancel()
-			// It must have held data: applied some, of this (named) cluster.
-			if err != nil || r.ID != string(s.ID) || r.ClusterID == "" || r.ClusterID != n.ClusterID() || !r.HasState ||
-				r.Applied == 0 || r.Applied+promoteLag < n.raft.CommitIndex() {
-				continue
-			}
-			// prevIndex: if the configuration changed since it was read (the
-			// member was removed meanwhile), Raft refuses; the next tick looks again.
-			if err := n.raft.AddVoter(s.ID, s.Address, f.Index(), 0).Error(); err != nil {
-				n.logger.Warn("could not promote a non-voter", "id", s.ID, "error", err)
-				continue
-			}
-			n.logger.Info("promoted a non-voter that has caught up", "id", s.ID, "applied", r.Applied)
-		}
-	}
-}
 
 // ClusterID returns the ID of this node's cluster, "" until it has learned one.
 func (n *Node) ClusterID() string {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/transport"
@@ -65,6 +66,13 @@ type Node struct {
 	// lead is what this follower last learned of the leader's commit
 	// index (readiness).
 	lead leaderWord
+	// memberMu serializes the leader's membership decisions: a join's
+	// checks and a feature level raise (feature.go).
+	memberMu sync.Mutex
+	// ap runs member health, promotion and dead-member cleanup while this
+	// node leads; health is what it learned (health.go).
+	ap     *autopilot.Autopilot
+	health health
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -149,7 +157,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.id)
-	rc.Logger = n.logger.Named("raft")
+	rc.Logger = raftLogger{n.logger.Named("raft")}
 	rc.HeartbeatTimeout, rc.ElectionTimeout = cfg.HeartbeatTimeout, cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout, rc.CommitTimeout = cfg.LeaderLeaseTimeout, cfg.CommitTimeout
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs
@@ -167,7 +175,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.batchLoop)
 	n.goFunc(n.resolveLoop)
 	n.goFunc(n.leaderLoop)
-	n.goFunc(n.promoteLoop)
+	n.startAutopilot()
 	n.goFunc(n.followLoop)
 	if disk.hasState {
 		n.mux.OpenRaft()
@@ -373,6 +381,7 @@ func (n *Node) leaderLoop() {
 		case leader := <-n.notify:
 			n.ready.Store(false)
 			gen := n.leaderGen.Add(1)
+			n.watchMembers(leader)
 			if !leader {
 				n.logger.Info("lost leadership")
 				continue
@@ -402,6 +411,9 @@ func (n *Node) establish() {
 		}
 	}()
 	n.nameCluster(ctx)
+	if n.bootstrapped {
+		n.raiseOnFounding(ctx)
+	}
 	rows := []fsm.Member{{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}}
 	if n.bootstrapped {
 		for _, p := range n.cfg.Peers {
@@ -456,6 +468,9 @@ func (n *Node) close(handover bool) error {
 			}
 		}
 		close(n.shutdown)
+		if n.ap != nil {
+			<-n.ap.Stop()
+		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.closeErr = err
 		}

@@ -5,6 +5,8 @@
 package wire
 
 import (
+	"time"
+
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/service"
 )
@@ -130,4 +132,25 @@ type ProbeReply struct {
 	// --min-free-disk, so it refuses writes and should not lead.
 	DiskFree uint64
 	DiskLow  bool
+}
+
+// MemberHealth is the leader's view of one member (protocol 2).
+type MemberHealth struct {
+	Reachable, Healthy bool
+	// LastContact is how long ago the leader last heard from it; -1: never.
+	LastContact  time.Duration
+	MatchIndex   uint64
+	Lag          uint64
+	Version      string
+	FeatureLevel int
+	DiskFree     uint64
+	DiskLow      bool
+}
+
+// HealthReply answers Node.Health: the leader's view of every member, by
+// ID, and the cluster's feature level.
+type HealthReply struct {
+	Members      map[string]MemberHealth
+	FeatureLevel int
+	Err          *Error
 }

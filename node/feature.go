@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// How a cluster of two releases stays whole during a rolling upgrade.
+//
+// The cluster's feature level (fsm/feature.go) is replicated. A leader
+// proposes an entry kind only when the level has it (checkKindLevel), and
+// snapshots are written in the format of the level, so a node of the
+// previous release never receives what it cannot read. The level goes up
+// only through FinalizeUpgrade, which first asks every member of the
+// configuration which level its binary supports: one that is older or
+// does not answer keeps it where it is. Until then any node may be rolled
+// back to the previous release; after it, not (the level never goes
+// down). A new cluster, all of one release, starts at its founders'
+// common level (raiseOnFounding). A node joins only if its binary supports
+// the cluster's level (checkJoinLevel). memberMu keeps a join and a raise
+// from deciding on a membership the other is changing.
+
+// checkKindLevel refuses a request of a kind the cluster's level does not
+// have yet. The raise itself is exempt: FinalizeUpgrade checks members.
+func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
+	if need := fsm.KindLevel(k); need > level && k != fsm.KindSetFeatureLevel {
+		return &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"%s needs feature level %d, and the cluster is at %d: upgrade every member, then run rangealloc cluster finalize-upgrade",
+			k, need, level)}
+	}
+	return nil
+}
+
+// FinalizeUpgrade raises the cluster's feature level to the highest that
+// every member's binary supports, and returns the level the cluster is at
+// then. It refuses (CodeVersionMismatch) while a member does not answer,
+// or while every member is not yet on a release with a higher level than
+// the cluster's: it names them. After it, no member can go back to an
+// older release.
+func (n *Node) FinalizeUpgrade(ctx context.Context) error {
+	return n.onLeader(ctx, "FinalizeUpgrade", 0, nil, func() error {
+		_, err := n.raiseFeatureLevel(ctx)
+		return err
+	})
+}
+
+// raiseFeatureLevel, on the leader, raises the level to what every member
+// supports and returns it.
+func (n *Node) raiseFeatureLevel(ctx context.Context) (int, error) {
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
+	cur := n.fsm.FeatureLevel()
+	target, behind, err := n.commonLevel(ctx)
+	if err != nil {
+		return cur, err
+	}
+	switch {
+	case target > cur:
+	case cur == fsm.MaxFeatureLevel:
+		return cur, nil // nothing newer to finalize
+	default:
+		return cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"the cluster stays at feature level %d: members %s support no higher level; upgrade them first", cur, strings.Join(behind, ", "))}
+	}
+	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetFeatureLevel, FeatureLevel: uint64(target)})
+	if err != nil {
+		return cur, err
+	}
+	if res.Err != nil {
+		return cur, res.Err
+	}
+	n.logger.Info("raised the cluster's feature level", "from", cur, "to", target)
+	return target, nil
+}
+
+// commonLevel asks every member of the configuration which feature level
+// its binary supports and returns the least, with the members below this
+// build's. A member that does not answer is an error: its release is not
+// known.
+func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return 0, nil, err
+	}
+	var peers []Peer
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != n.id {
+			peers = append(peers, Peer{ID: string(s.ID), RaftAddr: string(s.Address)})
+		}
+	}
+	level := fsm.MaxFeatureLevel
+	var behind, silent []string
+	for _, r := range n.probeAll(ctx, peers) {
+		switch {
+		case r.err != nil:
+			silent = append(silent, fmt.Sprintf("%s (%v)", r.peer.ID, r.err))
+		case r.reply.ID != r.peer.ID:
+			silent = append(silent, fmt.Sprintf("%s (the node at %s is %q)", r.peer.ID, r.peer.RaftAddr, r.reply.ID))
+		default:
+			l := max(1, r.reply.FeatureLevel)
+			if l < fsm.MaxFeatureLevel {
+				behind = append(behind, fmt.Sprintf("%s (release %s, level %d)", r.peer.ID, orUnknown(r.reply.Version), l))
+			}
+			level = min(level, l)
+		}
+	}
+	sort.Strings(behind)
+	sort.Strings(silent)
+	if len(silent) > 0 {
+		return 0, nil, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"cannot raise the feature level: members %s did not say which release they run", strings.Join(silent, ", "))}
+	}
+	return level, behind, nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "before versions"
+	}
+	return v
+}
+
+// checkJoinLevel refuses a newcomer whose binary does not support the
+// cluster's feature level: it would stop at the first entry it cannot read.
+func (n *Node) checkJoinLevel(id, release string, supported int) *fsm.Error {
+	if cur := n.fsm.FeatureLevel(); max(1, supported) < cur {
+		return &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"node %s runs release %s, which supports feature level %d, and the cluster is at %d: install this cluster's release on it",
+			id, orUnknown(release), max(1, supported), cur)}
+	}
+	return nil
+}
+
+// raiseOnFounding makes a new cluster's first leader raise the level to
+// what its founders support, retrying while one has not answered yet.
+func (n *Node) raiseOnFounding(ctx context.Context) {
+	for {
+		level, err := n.raiseFeatureLevel(ctx)
+		if err == nil {
+			n.logger.Info("the cluster's feature level", "level", level)
+			return
+		}
+		if !n.IsLeader() || n.sleep(ctx, time.Second) != nil {
+			n.logger.Info("the new cluster stays at feature level 1 for now; rangealloc cluster finalize-upgrade raises it", "reason", err)
+			return
+		}
+	}
+}
