@@ -13,8 +13,8 @@ import (
 
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
-	"github.com/rangealloc/rangealloc/version"
 	"github.com/rangealloc/rangealloc/transport"
+	"github.com/rangealloc/rangealloc/version"
 )
 
 // Calls made on a follower travel to the leader over an internal RPC on

@@ -41,8 +41,10 @@ func (l raftLogger) Log(level hclog.Level, msg string, args ...interface{}) {
 	l.Logger.Log(level, msg, args...)
 }
 
-func (l raftLogger) Named(name string) hclog.Logger      { return raftLogger{l.Logger.Named(name)} }
-func (l raftLogger) ResetNamed(name string) hclog.Logger { return raftLogger{l.Logger.ResetNamed(name)} }
+func (l raftLogger) Named(name string) hclog.Logger { return raftLogger{l.Logger.Named(name)} }
+func (l raftLogger) ResetNamed(name string) hclog.Logger {
+	return raftLogger{l.Logger.ResetNamed(name)}
+}
 func (l raftLogger) With(args ...interface{}) hclog.Logger {
 	return raftLogger{l.Logger.With(args...)}
 }
