@@ -5,6 +5,10 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 BENCH     ?= .
+# VERSION names the release a build reports (rangealloc version); empty
+# leaves it to the VCS revision Go stamps into the binary.
+VERSION   ?=
+LDFLAGS   := $(if $(VERSION),-X github.com/rangealloc/rangealloc/version.Version=$(VERSION))
 
 .PHONY: help build run cluster test lint bench fuzz jepsen mutate clean
 
@@ -12,7 +16,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build bin/rangealloc
-	$(GO) build -o $(BIN) ./cmd/rangealloc
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rangealloc
 
 run: build ## one node with the default pools, data under ./data
 	@echo "rangealloc: HTTP API on http://127.0.0.1:7080, data in ./data. In another shell, try:"

@@ -86,6 +86,7 @@ var routeTable = []routeRow{
 	{"POST", "/v1/cluster/members", "/v1/cluster/members", api.RoleAdmin, false, needAdmin},
 	{"DELETE", "/v1/cluster/members/{id}", "/v1/cluster/members/n2", api.RoleAdmin, false, needAdmin},
 	{"POST", "/v1/cluster/leader-transfer", "/v1/cluster/leader-transfer", api.RoleAdmin, false, needAdmin},
+	{"POST", "/v1/cluster/finalize-upgrade", "/v1/cluster/finalize-upgrade", api.RoleAdmin, false, needAdmin},
 	{"GET", "/v1/snapshot", "/v1/snapshot", api.RoleAdmin, false, needAdmin},
 	{"POST", "/v1/snapshot/restore", "/v1/snapshot/restore", api.RoleAdmin, false, needAdmin},
 	{"GET", "/healthz", "/healthz", 0, true, isOpen},

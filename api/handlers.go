@@ -270,7 +270,8 @@ func (srv *Server) addMember(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
-	if err := srv.s.AddMember(ctx, fsm.Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr}); err != nil {
+	m := fsm.Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr, Nonvoter: req.Voter != nil && !*req.Voter}
+	if err := srv.s.AddMember(ctx, m); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -296,6 +297,18 @@ func (srv *Server) transfer(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
 	if err := srv.s.TransferLeadership(ctx, req.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	srv.cluster(w, r)
+}
+
+// finalizeUpgrade raises the cluster's feature level to what every member
+// supports, and answers the cluster status.
+func (srv *Server) finalizeUpgrade(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := srv.ctx(r)
+	defer cancel()
+	if err := srv.s.FinalizeUpgrade(ctx); err != nil {
 		writeError(w, err)
 		return
 	}

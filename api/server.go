@@ -61,6 +61,7 @@ type Store interface {
 	AddMember(ctx context.Context, m fsm.Member) error
 	RemoveMember(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
+	FinalizeUpgrade(ctx context.Context) error
 	Backup(ctx context.Context, w io.Writer) error
 	Restore(ctx context.Context, r io.Reader) error
 	PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (node.ServiceWrite, error)
@@ -134,6 +135,7 @@ func (srv *Server) routes() {
 	m.HandleFunc("POST /v1/cluster/members", accepts(jsonType, srv.addMember))
 	m.HandleFunc("DELETE /v1/cluster/members/{id}", accepts(jsonType, srv.removeMember))
 	m.HandleFunc("POST /v1/cluster/leader-transfer", accepts(jsonType, srv.transfer))
+	m.HandleFunc("POST /v1/cluster/finalize-upgrade", srv.finalizeUpgrade)
 	m.HandleFunc("GET /v1/snapshot", srv.backup)
 	m.HandleFunc("POST /v1/snapshot/restore", accepts(backupType, srv.restore))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })

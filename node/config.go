@@ -107,6 +107,11 @@ type Config struct {
 	// applied result (for metrics).
 	OnCommit func(requests int, d time.Duration)
 
+	// MaxFeatureLevel, when positive and below fsm.MaxFeatureLevel, makes
+	// the node tell others its binary supports only that level, as a node
+	// of an older release would: tests of upgrades use it.
+	MaxFeatureLevel int
+
 	// WrapTransport, when set, wraps the Raft transport: tests inject
 	// faults with it (see transport.Wrap).
 	WrapTransport func(raft.Transport) raft.Transport

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -61,7 +62,7 @@ func (n *Node) raiseFeatureLevel(ctx context.Context) (int, error) {
 	}
 	switch {
 	case target > cur:
-	case cur == fsm.MaxFeatureLevel:
+	case cur >= n.maxFeatureLevel():
 		return cur, nil // nothing newer to finalize
 	default:
 		return cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
@@ -93,7 +94,7 @@ func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
 			peers = append(peers, Peer{ID: string(s.ID), RaftAddr: string(s.Address)})
 		}
 	}
-	level := fsm.MaxFeatureLevel
+	level := n.maxFeatureLevel()
 	var behind, silent []string
 	for _, r := range n.probeAll(ctx, peers) {
 		switch {
@@ -103,7 +104,7 @@ func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
 			silent = append(silent, fmt.Sprintf("%s (the node at %s is %q)", r.peer.ID, r.peer.RaftAddr, r.reply.ID))
 		default:
 			l := max(1, r.reply.FeatureLevel)
-			if l < fsm.MaxFeatureLevel {
+			if l < n.maxFeatureLevel() {
 				behind = append(behind, fmt.Sprintf("%s (release %s, level %d)", r.peer.ID, orUnknown(r.reply.Version), l))
 			}
 			level = min(level, l)
@@ -112,11 +113,19 @@ func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
 	sort.Strings(behind)
 	sort.Strings(silent)
 	if len(silent) > 0 {
-		return 0, nil, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
-			"cannot raise the feature level: members %s did not say which release they run", strings.Join(silent, ", "))}
+		return 0, nil, &silentError{&fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"cannot raise the feature level: members %s did not say which release they run", strings.Join(silent, ", "))}}
 	}
 	return level, behind, nil
 }
+
+// silentError is commonLevel's refusal while a member has not answered:
+// the founding leader waits for it, where an older release would not
+// change by waiting.
+type silentError struct{ err *fsm.Error }
+
+func (e *silentError) Error() string { return e.err.Error() }
+func (e *silentError) Unwrap() error { return e.err }
 
 func orUnknown(v string) string {
 	if v == "" {
@@ -145,9 +154,20 @@ func (n *Node) raiseOnFounding(ctx context.Context) {
 			n.logger.Info("the cluster's feature level", "level", level)
 			return
 		}
-		if !n.IsLeader() || n.sleep(ctx, time.Second) != nil {
+		var silent *silentError
+		if !errors.As(err, &silent) || !n.IsLeader() || n.sleep(ctx, time.Second) != nil {
 			n.logger.Info("the new cluster stays at feature level 1 for now; rangealloc cluster finalize-upgrade raises it", "reason", err)
 			return
 		}
 	}
+}
+
+// maxFeatureLevel is the highest level this node's binary supports, as it
+// tells others: fsm.MaxFeatureLevel, unless Config.MaxFeatureLevel makes
+// it pretend to be an older release.
+func (n *Node) maxFeatureLevel() int {
+	if l := n.cfg.MaxFeatureLevel; l > 0 && l < fsm.MaxFeatureLevel {
+		return l
+	}
+	return fsm.MaxFeatureLevel
 }

@@ -272,7 +272,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 		}
 	}
 	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
-	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, fsm.MaxFeatureLevel
+	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.maxFeatureLevel()
 	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
 	return r
 }
@@ -302,7 +302,7 @@ func (n *Node) join(ctx context.Context) error {
 				return nil
 			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
 				return &StorageError{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
-			case errors.As(err, &fe) && fe.Code == fsm.CodeNodeNotEmpty:
+			case errors.As(err, &fe) && (fe.Code == fsm.CodeNodeNotEmpty || fe.Code == fsm.CodeVersionMismatch):
 				return fmt.Errorf("refusing to start: joining through %s: %w", addr, err)
 			}
 			last = err
@@ -321,6 +321,13 @@ func (n *Node) join(ctx context.Context) error {
 func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 	n.memberMu.Lock()
 	defer n.memberMu.Unlock()
+	kind := fsm.KindSetMember
+	if m.Nonvoter {
+		kind = fsm.KindSetMemberNonvoter
+		if err := checkKindLevel(kind, n.fsm.FeatureLevel()); err != nil {
+			return err
+		}
+	}
 	r, err := n.probe(ctx, m.RaftAddr)
 	if err != nil {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
@@ -339,13 +346,6 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 	}
 	if err := n.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
 		return err
-	}
-	kind := fsm.KindSetMember
-	if m.Nonvoter {
-		kind = fsm.KindSetMemberNonvoter
-		if err := checkKindLevel(kind, n.fsm.FeatureLevel()); err != nil {
-			return err
-		}
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {

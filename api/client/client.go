@@ -277,7 +277,7 @@ func (c *Client) Cluster(ctx context.Context) (types.ClusterStatus, error) {
 	return out, err
 }
 
-// AddMember adds a voter.
+// AddMember adds a member: a non-voter, promoted once caught up unless m.Voter is false.
 func (c *Client) AddMember(ctx context.Context, m types.MemberRequest) (types.ClusterStatus, error) {
 	var out types.ClusterStatus
 	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/members", nil, nil, jsonBody(m), &out)
@@ -294,6 +294,14 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 func (c *Client) TransferLeadership(ctx context.Context, id string) (types.ClusterStatus, error) {
 	var out types.ClusterStatus
 	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/leader-transfer", nil, nil, jsonBody(types.TransferRequest{ID: id}), &out)
+	return out, err
+}
+
+// FinalizeUpgrade raises the cluster's feature level to what every
+// member's release supports, and returns the cluster status.
+func (c *Client) FinalizeUpgrade(ctx context.Context) (types.ClusterStatus, error) {
+	var out types.ClusterStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/cluster/finalize-upgrade", nil, nil, nil, &out)
 	return out, err
 }
 

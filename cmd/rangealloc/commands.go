@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -225,12 +226,74 @@ func clusterTable(tw *tabwriter.Writer, st api.ClusterStatus) {
 	if cluster == "" {
 		cluster = "(not named yet)"
 	}
-	fmt.Fprintf(tw, "cluster %s; answered by %s; leader %s (%s); term %d; commit %d; applied %d\n\n", cluster, st.ID, st.Leader.ID,
-		st.Leader.APIAddr, st.Term, st.CommitIndex, st.AppliedIndex)
-	fmt.Fprintln(tw, "ID\tRAFT\tAPI\tVOTER\tLEADER")
+	fmt.Fprintf(tw, "cluster %s; answered by %s (release %s); leader %s (%s); term %d; commit %d; applied %d; feature level %d\n\n",
+		cluster, st.ID, st.Version, st.Leader.ID, st.Leader.APIAddr, st.Term, st.CommitIndex, st.AppliedIndex, st.FeatureLevel)
+	fmt.Fprintln(tw, "ID\tRAFT\tAPI\tROLE\tHEALTH\tLAST CONTACT\tMATCH\tLAG\tRELEASE\tLEVEL\tDISK FREE")
+	upgradable := len(st.Members) > 0
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%t\n", m.ID, m.RaftAddr, m.APIAddr, m.Voter, m.Leader)
+		role := "non-voter"
+		switch {
+		case m.Leader:
+			role = "leader"
+		case m.Voter:
+			role = "voter"
+		}
+		if !m.HealthKnown {
+			upgradable = false
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tunknown (no leader to ask)\t-\t-\t-\t-\t-\t-\n", m.ID, m.RaftAddr, m.APIAddr, role)
+			continue
+		}
+		health := "healthy"
+		switch {
+		case !m.Reachable:
+			health = "UNREACHABLE"
+		case !m.Healthy:
+			health = "catching up"
+		}
+		contact := "never"
+		if m.LastContactMs >= 0 {
+			contact = (time.Duration(m.LastContactMs) * time.Millisecond).String() + " ago"
+		}
+		disk := "-"
+		if m.DiskFreeBytes > 0 {
+			disk = humanBytes(m.DiskFreeBytes)
+			if m.DiskLow {
+				disk += " LOW"
+			}
+		}
+		level := "-"
+		if m.FeatureLevel > 0 {
+			level = strconv.Itoa(m.FeatureLevel)
+		}
+		upgradable = upgradable && m.FeatureLevel > st.FeatureLevel
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.RaftAddr, m.APIAddr, role, health, contact,
+			m.MatchIndex, m.Lag, orDash(m.Version), level, disk)
 	}
+	if upgradable {
+		fmt.Fprintf(tw, "\nevery member supports a higher feature level than the cluster's %d: once no member needs rolling back, "+
+			"run rangealloc cluster finalize-upgrade\n", st.FeatureLevel)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// humanBytes writes n in the largest binary unit that keeps it at 1 or more.
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -248,28 +311,16 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Short: "Show and change the cluster's members",
 		Example: `  rangealloc cluster
   rangealloc cluster join n4 127.0.0.1:7087 127.0.0.1:7086
+  rangealloc cluster join n5 127.0.0.1:7089 127.0.0.1:7088 --voter=false
   rangealloc cluster remove n4
-  rangealloc cluster transfer-leader n2`,
+  rangealloc cluster transfer-leader n2
+  rangealloc cluster finalize-upgrade`,
 		Args: cobra.NoArgs,
 		RunE: status,
 	}
 	cmd.AddCommand(&cobra.Command{Use: "status", Short: "Show the cluster", Args: cobra.NoArgs, RunE: status},
+		newJoinCmd(g),
 		&cobra.Command{
-			Use: "join ID RAFT_ADDR [HTTP_ADDR]", Short: "Add a running node without state: it joins as a non-voter and is promoted to voter once it has caught up", Args: cobra.RangeArgs(2, 3),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx, cancel := ctxOf(cmd)
-				defer cancel()
-				m := api.MemberRequest{ID: args[0], RaftAddr: args[1]}
-				if len(args) == 3 {
-					m.APIAddr = args[2]
-				}
-				st, err := g.client().AddMember(ctx, m)
-				if err != nil {
-					return err
-				}
-				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
-			},
-		}, &cobra.Command{
 			Use: "remove ID", Short: "Remove a member", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ctx, cancel := ctxOf(cmd)
@@ -296,7 +347,56 @@ func newClusterCmd(g *globals) *cobra.Command {
 				}
 				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
 			},
+		}, &cobra.Command{
+			Use:   "finalize-upgrade",
+			Short: "Raise the cluster's feature level to what every member's release supports (no rolling back after it)",
+			Long: `Raise the cluster's feature level to the highest every member's binary supports.
+
+During a rolling upgrade the cluster keeps the feature level of its oldest
+member, so that any node may still be rolled back to the previous release.
+Once every member runs the new release and none will be rolled back, this
+command lets the cluster use what the new release adds. It is refused
+(VersionMismatch) while a member runs an older release or does not answer,
+and names it. Afterwards no member can return to an older release: it
+would stop at the first entry it cannot read.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := ctxOf(cmd)
+				defer cancel()
+				st, err := g.client().FinalizeUpgrade(ctx)
+				if err != nil {
+					return err
+				}
+				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
+			},
 		})
+	return cmd
+}
+
+func newJoinCmd(g *globals) *cobra.Command {
+	voter := true
+	cmd := &cobra.Command{
+		Use:   "join ID RAFT_ADDR [HTTP_ADDR]",
+		Short: "Add a running node without state: it joins as a non-voter and is promoted to voter once it has caught up",
+		Args:  cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			m := api.MemberRequest{ID: args[0], RaftAddr: args[1]}
+			if len(args) == 3 {
+				m.APIAddr = args[2]
+			}
+			if !voter {
+				m.Voter = &voter
+			}
+			st, err := g.client().AddMember(ctx, m)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
+		},
+	}
+	cmd.Flags().BoolVar(&voter, "voter", true, "false keeps the member a non-voter: it replicates the log but never votes")
 	return cmd
 }
 

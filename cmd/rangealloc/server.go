@@ -96,6 +96,9 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl.StringVar(&f.advRaft, "advertise-raft", "", "Raft address others reach this node at (default: --raft-addr)")
 	fl.StringVar(&f.peers, "peers", "", "found a cluster of these voters: id=raftAddr=httpAddr,... (the same on every node; each node's --id among them)")
 	fl.StringVar(&f.join, "join", "", "HTTP address of any member of the cluster to join (as a non-voter, promoted once caught up)")
+	fl.BoolVar(&f.tuning.Nonvoter, "non-voter", false, "with --join: stay a non-voter (replicate the log, never vote or lead)")
+	fl.DurationVar(&f.tuning.CleanupDeadAfter, "cleanup-dead-after", 0,
+		"the leader removes a member it has not reached for this long, never taking the voters below three (0: never)")
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "10.96.0.0/12", "ClusterIP ranges: an IPv4 CIDR, an IPv6 CIDR, or both comma-separated")
 	fl.StringVar(&f.nodePortRange, "node-port-range", "30000-32767", "NodePort range first-last")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -241,6 +244,12 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	cfg.ServiceNetwork = serviceNetwork(pools)
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
+	if cfg.Nonvoter && f.join == "" {
+		return fmt.Errorf("--non-voter: only a node that joins with --join can stay a non-voter")
+	}
+	if cfg.CleanupDeadAfter < 0 || (cfg.CleanupDeadAfter > 0 && cfg.CleanupDeadAfter < 10*time.Second) {
+		return fmt.Errorf("--cleanup-dead-after %s: want 0 (never) or at least 10s, well beyond a restart", cfg.CleanupDeadAfter)
+	}
 	if f.join != "" {
 		// The member's API is asked with --cacert/--cert/--key, or else
 		// this node's own --tls-* files (certs init makes one CA for both).

@@ -197,6 +197,46 @@ func (fc *faultConn) Read(p []byte) (int, error) {
 	}
 }
 
+// Add starts a new member without state that joins through the live
+// members (node.Config.Join), with tune applied to its configuration, and
+// returns it once it has joined (as a non-voter: the leader promotes it).
+// Its data directory and logs are the cluster's, and the fault table
+// covers it.
+func (c *Cluster) Add(tune func(*node.Config)) *Member {
+	c.t.Helper()
+	m, err := c.TryAdd(tune)
+	require.NoError(c.t, err)
+	return m
+}
+
+// TryAdd is Add for a node that must refuse to start: it returns Open's
+// error. A node that starts is kept as a member of the test cluster.
+func (c *Cluster) TryAdd(tune func(*node.Config)) (*Member, error) {
+	c.t.Helper()
+	base := c.Members[0].cfg
+	m := &Member{Index: len(c.Members), ID: fmt.Sprintf("n%d", len(c.Members)), Addr: freeAddr(c.t)}
+	m.DataDir = filepath.Join(filepath.Dir(c.Members[0].DataDir), m.ID)
+	cfg := base
+	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.APIAddr = m.ID, m.DataDir, m.Addr, "api-"+m.ID
+	cfg.Peers, cfg.Join, cfg.Pools = nil, nil, nil
+	for _, o := range c.Live() {
+		cfg.Join = append(cfg.Join, o.Addr)
+	}
+	cfg.Logger = base.Logger.ResetNamed(m.ID)
+	local := raft.ServerAddress(m.Addr)
+	cfg.WrapTransport = func(tr raft.Transport) raft.Transport { return transport.Wrap(tr, local, c.Faults) }
+	cfg.DialRPC = c.faultyDial(local)
+	if tune != nil {
+		tune(&cfg)
+	}
+	m.cfg = cfg
+	if err := c.open(m); err != nil {
+		return nil, err
+	}
+	c.Members = append(c.Members, m)
+	return m, nil
+}
+
 // Start opens member i's node on its data directory.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()

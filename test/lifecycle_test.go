@@ -1,0 +1,207 @@
+package test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// levels returns each live member's applied feature level.
+func levels(c *cluster.Cluster) []int {
+	var out []int
+	for _, m := range c.Live() {
+		out = append(out, m.Node.LocalState().FeatureLevel())
+	}
+	return out
+}
+
+func memberOf(t *testing.T, st node.ClusterStatus, id string) node.Member {
+	t.Helper()
+	for _, m := range st.Members {
+		if m.ID == id {
+			return m
+		}
+	}
+	t.Fatalf("no member %s in %v", id, membership(st))
+	return node.Member{}
+}
+
+// TestNewClusterStartsAtItsLevel: founders all of this release start the
+// cluster at this release's feature level.
+func TestNewClusterStartsAtItsLevel(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	waitPools(t, c)
+	require.Eventually(t, func() bool {
+		l := levels(c)
+		return l[0] == fsm.MaxFeatureLevel && l[1] == fsm.MaxFeatureLevel && l[2] == fsm.MaxFeatureLevel
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestFinalizeUpgradeWaitsForEveryMember: while one member runs an older
+// release (it says it supports level 1), the cluster stays at level 1: a
+// level-2 kind is refused before it reaches the log, and finalize names
+// the member. Once it is upgraded, finalize raises the level everywhere.
+func TestFinalizeUpgradeWaitsForEveryMember(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		if cfg.ID == "n2" {
+			cfg.MaxFeatureLevel = 1
+		}
+	}})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	assert.Equal(t, []int{1, 1, 1}, levels(c), "a founder of the older release holds the new cluster at level 1")
+	if l.ID == "n2" { // the older release has no finalize to run
+		require.NoError(t, l.Node.TransferLeadership(ctx, "n0"))
+		l = c.LeaderAmong(0, 1)
+	}
+
+	f := follower(c, l)
+	err := f.Node.FinalizeUpgrade(ctx)
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, fsm.CodeVersionMismatch, fe.Code)
+	assert.Contains(t, fe.Message, "n2 (release")
+	assert.Equal(t, []int{1, 1, 1}, levels(c))
+	st, err := f.Node.Cluster()
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.FeatureLevel)
+	assert.Equal(t, 1, memberOf(t, st, "n2").FeatureLevel, "the leader's view, through a follower")
+
+	// A level-2 kind: a member kept a non-voter.
+	err = l.Node.AddMember(ctx, fsm.Member{ID: "n9", RaftAddr: c.Members[2].Addr, Nonvoter: true})
+	require.ErrorAs(t, err, &fe)
+	assert.Contains(t, fe.Message, "feature level")
+
+	// Upgrade n2: the same node, restarted without the older release's cap.
+	cfg := c.Config(2)
+	cfg.MaxFeatureLevel = 0
+	c.SetConfig(2, cfg)
+	c.Restart(2)
+	require.Eventually(t, func() bool { return f.Node.FinalizeUpgrade(ctx) == nil }, 20*time.Second, 200*time.Millisecond)
+	c.WaitApplied(c.Leader().Node.LocalState().AppliedIndex())
+	assert.Equal(t, []int{2, 2, 2}, levels(c))
+	require.NoError(t, f.Node.FinalizeUpgrade(ctx), "nothing newer to finalize: no error")
+}
+
+// TestJoinRefusesAnOlderRelease: a node whose binary does not support the
+// cluster's level is refused for good, and the configuration is unchanged.
+func TestJoinRefusesAnOlderRelease(t *testing.T) {
+	c := cluster.New(t, 1, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	require.Eventually(t, func() bool { return levels(c)[0] == fsm.MaxFeatureLevel }, 10*time.Second, 20*time.Millisecond)
+	before, err := l.Node.Cluster()
+	require.NoError(t, err)
+	_, err = c.TryAdd(func(cfg *node.Config) { cfg.MaxFeatureLevel = 1 })
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe, "Open refuses for good")
+	assert.Equal(t, fsm.CodeVersionMismatch, fe.Code)
+	assert.Contains(t, err.Error(), "supports feature level 1, and the cluster is at 2")
+	after, err := l.Node.Cluster()
+	require.NoError(t, err)
+	assert.Equal(t, membership(before), membership(after))
+}
+
+// voterIDs returns the IDs of the voters of the leader's configuration.
+func voterIDs(t *testing.T, c *cluster.Cluster) []string {
+	st, err := c.Leader().Node.Cluster()
+	require.NoError(t, err)
+	var out []string
+	for _, m := range st.Members {
+		if m.Voter {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// TestMemberHealthAndDeadCleanup: a stopped member shows unreachable, in
+// a follower's view too; with --cleanup-dead-after, a dead voter of four
+// is removed, and a dead voter of three never is.
+func TestMemberHealthAndDeadCleanup(t *testing.T) {
+	const after = 7 * time.Second // beyond the 5 s after which a member shows unreachable
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.CleanupDeadAfter = after }})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	require.Eventually(t, func() bool {
+		st, err := follower(c, l).Node.Cluster()
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if !m.Known || !m.Reachable || !m.Healthy || m.Version == "" || m.FeatureLevel != fsm.MaxFeatureLevel {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, 100*time.Millisecond, "every member healthy, as a follower asks the leader")
+
+	// A fourth voter: joins as a non-voter, promoted once caught up.
+	n3 := c.Add(nil)
+	require.Eventually(t, func() bool { return len(voterIDs(t, c)) == 4 }, 20*time.Second, 100*time.Millisecond, "promoted")
+	_, err := n3.Node.Allocate(ctx, "ip", "", "via-n3", 0, "")
+	require.NoError(t, err)
+
+	// One of four dies: unreachable, then removed (4 -> 3 keeps the floor).
+	l = c.Leader()
+	victim := follower(c, l)
+	c.Kill(victim.Index)
+	require.Eventually(t, func() bool {
+		st, err := l.Node.Cluster()
+		require.NoError(t, err)
+		for _, m := range st.Members {
+			if m.ID == victim.ID {
+				return m.Known && !m.Reachable && !m.Healthy && m.LastContact > healthThresholdForTests
+			}
+		}
+		return false
+	}, 15*time.Second, 100*time.Millisecond, "the dead member shows unreachable")
+	require.Eventually(t, func() bool { return len(voterIDs(t, c)) == 3 }, 20*time.Second, 200*time.Millisecond, "the dead voter is removed")
+	assert.NotContains(t, voterIDs(t, c), victim.ID)
+	_, inTable := c.Leader().Node.LocalState().Member(victim.ID)
+	assert.False(t, inTable, "its member row goes too")
+
+	// Another dies: three voters is the floor; it stays.
+	l = c.Leader()
+	second := follower(c, l)
+	c.Kill(second.Index)
+	time.Sleep(after + 4*time.Second)
+	assert.Len(t, voterIDs(t, c), 3, "never below three voters")
+	assert.Contains(t, voterIDs(t, c), second.ID)
+	_, err = c.Leader().Node.Allocate(ctx, "ip", "", "two-of-three", 0, "")
+	require.NoError(t, err, "the two live voters of three still commit")
+}
+
+// healthThresholdForTests is the 5 s after which the leader calls a
+// member unreachable.
+const healthThresholdForTests = 5 * time.Second
+
+// TestNonvoterIsNotPromoted: a node that joins asking to stay a non-voter
+// replicates the log and is never promoted; one that does not is.
+func TestNonvoterIsNotPromoted(t *testing.T) {
+	c := cluster.New(t, 1, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	require.Eventually(t, func() bool { return levels(c)[0] == fsm.MaxFeatureLevel }, 10*time.Second, 20*time.Millisecond)
+	kept := c.Add(func(cfg *node.Config) { cfg.Nonvoter = true })
+	voter := c.Add(nil)
+	require.Eventually(t, func() bool {
+		ids := voterIDs(t, c)
+		return len(ids) == 2 && ids[0] != kept.ID && ids[1] != kept.ID
+	}, 20*time.Second, 100*time.Millisecond, "the other joiner is promoted")
+	got, err := l.Node.Allocate(ctxT(t, 10*time.Second), "ip", "", "replicated", 0, "")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		a, err := kept.Node.Get(ctxT(t, time.Second), node.Stale, "ip", got[0].Value)
+		return err == nil && a.Owner == "replicated"
+	}, 10*time.Second, 50*time.Millisecond, "the non-voter replicates")
+	time.Sleep(3 * time.Second) // several promotion rounds
+	assert.NotContains(t, voterIDs(t, c), kept.ID)
+	row, ok := l.Node.LocalState().Member(kept.ID)
+	require.True(t, ok)
+	assert.True(t, row.Nonvoter)
+	_ = voter
+}
