@@ -65,6 +65,8 @@ type Node struct {
 	// lead is what this follower last learned of the leader's commit
 	// index (readiness).
 	lead leaderWord
+	// backups writes the scheduled backups; nil without Config.BackupDir.
+	backups *backuper
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -86,6 +88,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := checkBackupDir(cfg.BackupDir); err != nil {
+		return nil, err
 	}
 	id, err := nodeID(cfg)
 	if err != nil {
@@ -179,6 +184,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.mux.OpenRaft()
 		n.starting.Store(false)
 	}
+	n.startBackups()
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
 	return nil
 }
