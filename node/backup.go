@@ -253,17 +253,13 @@ func (b *backuper) prune() {
 // removeTemps deletes this node's temp files that a crash in the middle
 // of a backup left behind.
 func (b *backuper) removeTemps() {
-	tmps, _ := filepath.Glob(filepath.Join(b.dir, "."+globEscape(b.prefix)+"*.tmp"))
+	// fileSafe left no pattern character in the prefix.
+	tmps, _ := filepath.Glob(filepath.Join(b.dir, "."+b.prefix+"*.tmp"))
 	for _, t := range tmps {
 		if err := os.Remove(t); err == nil {
 			b.logger.Info("removed an unfinished backup", "file", t)
 		}
 	}
-}
-
-// globEscape escapes the pattern characters of filepath.Match in s.
-func globEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(s)
 }
 
 // firstDelay is how long to wait before the first backup: until an
