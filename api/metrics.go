@@ -25,6 +25,9 @@ type Metrics struct {
 	// reconcileFindings counts the findings of the reconciles this node
 	// served, by pool and type.
 	reconcileFindings *prometheus.CounterVec
+	// The scheduled backups (node.Config.BackupDir): see ObserveBackup.
+	lastBackup, lastBackupBytes prometheus.Gauge
+	backupFailures              prometheus.Counter
 }
 
 // NewMetrics registers a node's metrics; extra collectors join the
@@ -49,7 +52,14 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 			Help: "On the leader: client requests packed into one log entry.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		reconcileFindings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_reconcile_findings_total",
 			Help: "Findings of the reconciles this node served, by pool and type (leak, missing, duplicate, outOfRange, mismatch)."}, []string{"pool", "type"}),
+		lastBackup: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rangealloc_last_backup_timestamp_seconds",
+			Help: "Unix time of this node's last verified scheduled backup; 0 before any."}),
+		lastBackupBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rangealloc_last_backup_bytes",
+			Help: "Size of this node's last verified scheduled backup."}),
+		backupFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "rangealloc_backup_failures_total",
+			Help: "Scheduled backups of this node that failed (see its log for the reason)."}),
 	}
+	m.reg.MustRegister(m.lastBackup, m.lastBackupBytes, m.backupFailures)
 	m.reg.MustRegister(m.allocations, m.errors, m.httpSeconds, m.applyBatch, m.applyReqs, m.commitSecs, m.commitReqs, m.reconcileFindings,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(extra...)
@@ -78,6 +88,17 @@ func (m *Metrics) ObserveApply(entries int, results []*fsm.Result) {
 func (m *Metrics) ObserveCommit(requests int, d time.Duration) {
 	m.commitReqs.Observe(float64(requests))
 	m.commitSecs.Observe(d.Seconds())
+}
+
+// ObserveBackup records one scheduled backup, begun at at, of size bytes,
+// or failed with err; hook it to node.Config.OnBackup.
+func (m *Metrics) ObserveBackup(at time.Time, size int64, err error) {
+	if err != nil {
+		m.backupFailures.Inc()
+		return
+	}
+	m.lastBackup.Set(float64(at.UnixNano()) / 1e9)
+	m.lastBackupBytes.Set(float64(size))
 }
 
 func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration) {

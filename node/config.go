@@ -112,6 +112,17 @@ type Config struct {
 	// of an older release would: tests of upgrades use it.
 	MaxFeatureLevel int
 
+	// BackupDir, when set, makes the node write a verified backup of its
+	// own applied state there every BackupInterval, and keep the newest
+	// BackupRetain of its backups (see backup.go). Empty: no scheduled
+	// backups.
+	BackupDir      string
+	BackupInterval time.Duration
+	BackupRetain   int
+	// OnBackup, when set, is called after each scheduled backup with its
+	// result (for metrics).
+	OnBackup func(BackupResult)
+
 	// WrapTransport, when set, wraps the Raft transport: tests inject
 	// faults with it (see transport.Wrap).
 	WrapTransport func(raft.Transport) raft.Transport
@@ -136,6 +147,8 @@ func DefaultConfig() Config {
 		MaxInflight:        1,
 		BatchWait:          5 * time.Millisecond,
 		RetryInterval:      20 * time.Millisecond,
+		BackupInterval:     time.Hour,
+		BackupRetain:       24,
 	}
 }
 
@@ -200,6 +213,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxInflight < 1 || c.RetryInterval <= 0 || c.SnapshotThreshold == 0 {
 		errs = append(errs, errors.New("MaxBatch, MaxInflight, RetryInterval and SnapshotThreshold must be positive (start from DefaultConfig)"))
+	}
+	if c.BackupDir != "" && c.BackupInterval < time.Second {
+		errs = append(errs, fmt.Errorf("BackupInterval is %v; want 1s or more", c.BackupInterval))
+	}
+	if c.BackupDir != "" && c.BackupRetain < 1 {
+		errs = append(errs, fmt.Errorf("BackupRetain is %d; want 1 or more", c.BackupRetain))
 	}
 	return errors.Join(errs...)
 }

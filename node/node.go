@@ -73,6 +73,8 @@ type Node struct {
 	// node leads; health is what it learned (health.go).
 	ap     *autopilot.Autopilot
 	health health
+	// backups writes the scheduled backups; nil without Config.BackupDir.
+	backups *backuper
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -94,6 +96,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := checkBackupDir(cfg.BackupDir); err != nil {
+		return nil, err
 	}
 	id, err := nodeID(cfg)
 	if err != nil {
@@ -187,6 +192,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.mux.OpenRaft()
 		n.starting.Store(false)
 	}
+	n.startBackups()
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
 	return nil
 }

@@ -117,6 +117,9 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl.Uint64Var(&f.tuning.SnapshotThreshold, "snapshot-threshold", f.tuning.SnapshotThreshold, "new log entries that trigger a snapshot (advanced)")
 	fl.DurationVar(&f.tuning.SnapshotInterval, "snapshot-interval", f.tuning.SnapshotInterval, "how often to check whether to snapshot (advanced)")
 	fl.Uint64Var(&f.tuning.TrailingLogs, "trailing-logs", f.tuning.TrailingLogs, "log entries kept after a snapshot (advanced)")
+	fl.StringVar(&f.tuning.BackupDir, "backup-dir", "", "write a verified backup of this node's state to this directory every --backup-interval (default: no scheduled backups)")
+	fl.DurationVar(&f.tuning.BackupInterval, "backup-interval", f.tuning.BackupInterval, "how often to write a scheduled backup (1s or more)")
+	fl.IntVar(&f.tuning.BackupRetain, "backup-retain", f.tuning.BackupRetain, "how many of this node's scheduled backups to keep; older ones are deleted")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
 	return cmd
@@ -156,6 +159,21 @@ func (f *serverFlags) pools() ([]node.PoolSpec, error) {
 		out = append(out, node.PoolSpec{Name: "nodeport", Range: f.nodePortRange})
 	}
 	return out, nil
+}
+
+// checkBackup checks --backup-interval and --backup-retain when
+// --backup-dir is set.
+func (f *serverFlags) checkBackup() error {
+	if f.tuning.BackupDir == "" {
+		return nil
+	}
+	if f.tuning.BackupInterval < time.Second {
+		return fmt.Errorf("--backup-interval %s: want 1s or more, such as 1h", f.tuning.BackupInterval)
+	}
+	if f.tuning.BackupRetain < 1 {
+		return fmt.Errorf("--backup-retain %d: want 1 or more", f.tuning.BackupRetain)
+	}
+	return nil
 }
 
 // serviceNetwork is the service network of the bootstrap pools: the
@@ -203,6 +221,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	if f.requestTimeout <= 0 {
 		return fmt.Errorf("--request-timeout %s: want a positive duration, such as 5s", f.requestTimeout)
+	}
+	if err := f.checkBackup(); err != nil {
+		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
 	open, err := f.sec.check(f.httpAddr, f.raftAddr)
@@ -263,6 +284,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	}
 	metrics := api.NewMetrics()
 	cfg.OnApply, cfg.OnCommit = metrics.ObserveApply, metrics.ObserveCommit
+	cfg.OnBackup = func(r node.BackupResult) { metrics.ObserveBackup(r.Time, r.Bytes, r.Err) }
 	if err := exportRaftMetrics(metrics); err != nil {
 		return err
 	}
