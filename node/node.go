@@ -246,11 +246,14 @@ func (n *Node) bootstrap() error {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
 	}
+	// Set before Raft can elect this node: establish, on the goroutine
+	// that follows leadership, reads it, and the call below is what orders
+	// the two.
+	n.bootstrapped = true
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	n.bootstrapped = true
 	n.logger.Info("bootstrapped a new cluster", "voters", len(servers))
 	return nil
 }
