@@ -52,6 +52,7 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodeInvalid:              http.StatusUnprocessableEntity,
 	fsm.CodeServiceNotFound:      http.StatusNotFound,
 	fsm.CodeOwnedByService:       http.StatusConflict,
+	fsm.CodeInsufficientStorage:  http.StatusInsufficientStorage,
 }
 
 // apiError is a failure found by this package (bad input), before the node.

@@ -40,6 +40,11 @@ const (
 	CodeServiceNotFound Code = "ServiceNotFound"
 	// CodeOwnedByService: a plain release of a value a Service holds.
 	CodeOwnedByService Code = "OwnedByService"
+	// CodeInsufficientStorage: the node that received a client write, or
+	// the leader, has less free disk than its floor (--min-free-disk), so
+	// the write was refused before it reached the log. Nothing was
+	// applied; decided by a node, never by the state machine.
+	CodeInsufficientStorage Code = "InsufficientStorage"
 )
 
 // Error is a domain failure decided by the state machine: a definite
