@@ -270,6 +270,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 		}
 	}
 	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
+	n.fillDiskProbe(r)
 	return r
 }
 

@@ -65,6 +65,8 @@ type Node struct {
 	// lead is what this follower last learned of the leader's commit
 	// index (readiness).
 	lead leaderWord
+	// disk is what this node last read of its disk (disk.go).
+	disk diskWatch
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -169,6 +171,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.leaderLoop)
 	n.goFunc(n.promoteLoop)
 	n.goFunc(n.followLoop)
+	n.startDiskWatch()
 	if disk.hasState {
 		n.mux.OpenRaft()
 	} else {
