@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/service"
@@ -228,7 +229,9 @@ func TestDiskLowAfterUnknownOutcome(t *testing.T) {
 	c := newDiskCluster(t, func(i int, cfg *Config) {
 		dial := cfg.DialRPC
 		if dial == nil {
-			dial = func(addr string, timeout time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", addr, timeout) }
+			dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+				return net.DialTimeout("tcp", addr, timeout)
+			}
 		}
 		cfg.DialRPC = func(addr string, timeout time.Duration) (net.Conn, error) {
 			conn, err := dial(addr, timeout)
@@ -426,4 +429,61 @@ func (c *diskCluster) followers(l *Node) []*Node {
 		}
 	}
 	return out
+}
+
+// TestCheckDisk: what a node makes of a sequence of free-space readings.
+// A failed reading keeps the last one; with no floor nothing is low.
+func TestCheckDisk(t *testing.T) {
+	type reading struct {
+		free    uint64
+		err     bool
+		low     bool
+		showing uint64 // DiskStats().Free after the reading
+	}
+	cases := []struct {
+		name     string
+		floor    uint64
+		readings []reading
+	}{
+		{"above, below, above", 100, []reading{{200, false, false, 200}, {99, false, true, 99}, {100, false, false, 100}}},
+		{"no floor", 0, []reading{{0, false, false, 0}, {1, false, false, 1}}},
+		{"a failed first reading is not low", 100, []reading{{0, true, false, 0}}},
+		{"a failed reading keeps the last", 100, []reading{{50, false, true, 50}, {0, true, true, 50}, {500, false, false, 500}, {0, true, false, 500}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var next reading
+			cfg := DefaultConfig()
+			cfg.DataDir, cfg.MinFreeDisk = t.TempDir(), c.floor
+			cfg.DiskFree = func(string) (uint64, error) {
+				if next.err {
+					return 0, errors.New("statfs: input/output error")
+				}
+				return next.free, nil
+			}
+			n := &Node{cfg: cfg, id: "n1", logger: hclog.NewNullLogger()}
+			for i, r := range c.readings {
+				next = r
+				n.checkDisk()
+				s := n.DiskStats()
+				assert.Equal(t, r.low, s.Low, "reading %d (%+v): Low", i, r)
+				assert.Equal(t, r.showing, s.Free, "reading %d (%+v): Free", i, r)
+				assert.Equal(t, r.low, n.diskLowError() != nil, "reading %d: refusal", i)
+				assert.Equal(t, r.low, n.refuseForDisk(&fsm.Request{Kind: fsm.KindTxn}) != nil, "reading %d: a txn", i)
+				assert.Nil(t, n.refuseForDisk(&fsm.Request{Kind: fsm.KindSetMember}), "a member row is never refused")
+			}
+		})
+	}
+}
+
+func TestDiskConfigValidate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr = "d", "127.0.0.1:1"
+	assert.Equal(t, uint64(256<<20), cfg.MinFreeDisk, "the default floor")
+	cfg.MinFreeDisk = 0
+	require.NoError(t, cfg.Validate(), "0 disables the floor")
+	cfg.DiskCheckInterval = 0
+	err := cfg.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "DiskCheckInterval is 0s")
 }
