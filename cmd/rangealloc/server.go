@@ -115,6 +115,8 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl.DurationVar(&f.tuning.SnapshotInterval, "snapshot-interval", f.tuning.SnapshotInterval, "how often to check whether to snapshot (advanced)")
 	fl.Uint64Var(&f.tuning.TrailingLogs, "trailing-logs", f.tuning.TrailingLogs, "log entries kept after a snapshot (advanced)")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
+	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
+		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
 	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
 	return cmd
 }
@@ -278,6 +280,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return err
 	}
 	metrics.WatchPools(n.LocalState())
+	metrics.WatchDisk(n)
 	var h http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics, Timeout: f.requestTimeout})
 	if f.pprof {
 		mux := http.NewServeMux()
