@@ -143,14 +143,16 @@ func (n *Node) fillDiskProbe(r *wire.ProbeReply) {
 }
 
 // clientWrite tells whether a request of kind k is a client's write,
-// refused while the disk is low. The entries that keep the cluster
-// running are not; a kind added later is, until it is named here.
+// refused while the disk is low. The others (member rows, the cluster's
+// name, and any kind that keeps the cluster running) are not: refusing
+// them would stall joins, removals and upgrades, and they are small.
 func clientWrite(k fsm.Kind) bool {
 	switch k {
-	case fsm.KindSetMember, fsm.KindRemoveMember, fsm.KindSetClusterID:
-		return false
+	case fsm.KindTxn, fsm.KindCreatePool, fsm.KindCreatePoolExclusive, fsm.KindDeletePool,
+		fsm.KindSetServiceNetwork, fsm.KindPutService, fsm.KindDeleteService, fsm.KindReconcile, fsm.KindImport:
+		return true
 	}
-	return true
+	return false
 }
 
 // diskLowError is the refusal of a client write while this node's disk

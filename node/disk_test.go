@@ -487,3 +487,15 @@ func TestDiskConfigValidate(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "DiskCheckInterval is 0s")
 }
+
+// TestClientWrite: which request kinds a low disk refuses.
+func TestClientWrite(t *testing.T) {
+	for k, want := range map[fsm.Kind]bool{
+		fsm.KindTxn: true, fsm.KindCreatePool: true, fsm.KindCreatePoolExclusive: true, fsm.KindDeletePool: true,
+		fsm.KindSetServiceNetwork: true, fsm.KindPutService: true, fsm.KindDeleteService: true,
+		fsm.KindReconcile: true, fsm.KindImport: true,
+		fsm.KindSetMember: false, fsm.KindRemoveMember: false, fsm.KindSetClusterID: false,
+	} {
+		assert.Equal(t, want, clientWrite(k), "clientWrite(%v)", k)
+	}
+}
