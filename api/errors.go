@@ -53,6 +53,7 @@ var statusOf = map[fsm.Code]int{
 	fsm.CodeServiceNotFound:      http.StatusNotFound,
 	fsm.CodeOwnedByService:       http.StatusConflict,
 	fsm.CodeVersionMismatch:      http.StatusConflict,
+	fsm.CodeInsufficientStorage:  http.StatusInsufficientStorage,
 }
 
 // apiError is a failure found by this package (bad input), before the node.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
 )
 
 // Metrics are one node's Prometheus metrics (SPEC §8), in a registry of
@@ -69,6 +70,13 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 // WatchPools adds the pool gauges, read from the replicated state f at
 // scrape time, so they are right from start-up.
 func (m *Metrics) WatchPools(f *fsm.FSM) { m.reg.MustRegister(poolCollector{f}) }
+
+// WatchDisk adds the disk gauges, read from d (a *node.Node) at scrape
+// time.
+func (m *Metrics) WatchDisk(d DiskSource) { m.reg.MustRegister(diskCollector{d}) }
+
+// DiskSource is what the disk gauges read.
+type DiskSource interface{ DiskStats() node.DiskStats }
 
 // Handler serves the registry in Prometheus' text format.
 func (m *Metrics) Handler() http.Handler {
@@ -137,4 +145,28 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(p.Used), p.Name)
 		ch <- prometheus.MustNewConstMetric(availableDesc, prometheus.GaugeValue, float64(p.Range.Size()-p.Used), p.Name)
 	}
+}
+
+var (
+	diskFreeDesc = prometheus.NewDesc("rangealloc_disk_free_bytes",
+		"Free bytes on the file system holding the data directory; below --min-free-disk the node refuses client writes.", nil, nil)
+	raftLogDesc  = prometheus.NewDesc("rangealloc_raft_log_bytes", "Size of raft.db, the Raft log and stable store.", nil, nil)
+	snapshotDesc = prometheus.NewDesc("rangealloc_snapshot_bytes", "Bytes of the snapshots kept in the data directory.", nil, nil)
+)
+
+// diskCollector reports the disk gauges: what the node last read of its
+// disk.
+type diskCollector struct{ d DiskSource }
+
+func (c diskCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- diskFreeDesc
+	ch <- raftLogDesc
+	ch <- snapshotDesc
+}
+
+func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.d.DiskStats()
+	ch <- prometheus.MustNewConstMetric(diskFreeDesc, prometheus.GaugeValue, float64(s.Free))
+	ch <- prometheus.MustNewConstMetric(raftLogDesc, prometheus.GaugeValue, float64(s.RaftLogBytes))
+	ch <- prometheus.MustNewConstMetric(snapshotDesc, prometheus.GaugeValue, float64(s.SnapshotBytes))
 }

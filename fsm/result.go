@@ -44,6 +44,11 @@ const (
 	// asked: it does not support the feature level (a raise, a join), or
 	// it speaks a newer protocol than the leader.
 	CodeVersionMismatch Code = "VersionMismatch"
+	// CodeInsufficientStorage: the node that received a client write, or
+	// the leader, has less free disk than its floor (--min-free-disk), so
+	// the write was refused before it reached the log. Nothing was
+	// applied; decided by a node, never by the state machine.
+	CodeInsufficientStorage Code = "InsufficientStorage"
 )
 
 // Error is a domain failure decided by the state machine: a definite

@@ -47,7 +47,9 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 	for {
 		req.Seed = rand.Uint64() // proposer-side randomness; Apply only reads it from the entry
 		var o outcome
-		if n.IsLeader() {
+		if e := n.refuseForDisk(req); e != nil {
+			o = outcome{res: &fsm.Result{Err: e}}
+		} else if n.IsLeader() {
 			o = n.propose(ctx, req)
 			answeredBy(ctx, n.id, o.err)
 		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
@@ -55,6 +57,11 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 			answeredBy(ctx, string(id), o.err)
 		} else {
 			o = outcome{err: ErrNoLeader, definite: true}
+		}
+		if o.err == nil && unknown && refusedForDisk(o.res) {
+			// An earlier attempt may have been applied: this refusal,
+			// decided without the request table, must not say otherwise.
+			return nil, &UnknownOutcomeError{RequestID: req.ID, Err: o.res.Err}
 		}
 		if o.err == nil {
 			return o.res, nil

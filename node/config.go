@@ -99,6 +99,18 @@ type Config struct {
 	// is no leader or the leader is unreachable.
 	RetryInterval time.Duration
 
+	// MinFreeDisk is the floor, in bytes, of free space on the file system
+	// holding DataDir. Below it the node refuses client writes
+	// (fsm.CodeInsufficientStorage), says disk_full on /readyz, and a
+	// leader hands leadership to a voter with space (disk.go). 0: no floor.
+	MinFreeDisk uint64
+	// DiskCheckInterval is how often the node reads its free space and the
+	// sizes of raft.db and the snapshots.
+	DiskCheckInterval time.Duration
+	// DiskFree, when set, replaces the file system's free-space call
+	// (statfs) on DataDir: tests fill a disk with it.
+	DiskFree func(dir string) (uint64, error)
+
 	// OnApply, when set, is called after each state-machine batch with the
 	// number of log entries and the requests' results (for metrics).
 	OnApply func(entries int, results []*fsm.Result)
@@ -149,6 +161,8 @@ func DefaultConfig() Config {
 		RetryInterval:      20 * time.Millisecond,
 		BackupInterval:     time.Hour,
 		BackupRetain:       24,
+		MinFreeDisk:        256 << 20,
+		DiskCheckInterval:  time.Second,
 	}
 }
 
@@ -219,6 +233,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BackupDir != "" && c.BackupRetain < 1 {
 		errs = append(errs, fmt.Errorf("BackupRetain is %d; want 1 or more", c.BackupRetain))
+	}
+	if c.DiskCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("DiskCheckInterval is %v; want a positive duration (start from DefaultConfig)", c.DiskCheckInterval))
 	}
 	return errors.Join(errs...)
 }

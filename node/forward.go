@@ -398,6 +398,10 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 		return nil
 	}
 	req := reqs[0]
+	if e := s.n.refuseForDisk(req); e != nil {
+		reply.Result = fsm.EncodeResult(&fsm.Result{Err: e})
+		return nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	o := s.n.propose(ctx, req)
@@ -503,6 +507,9 @@ func (s *rpcService) Probe(_ *wire.ProbeArgs, reply *wire.ProbeReply) error {
 // valid backup, as large as the state it holds, travels (Node.Restore).
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
+		if e := s.n.diskLowError(); e != nil {
+			return e
+		}
 		b, err := fsm.ReadBackup(bytes.NewReader(data))
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidBackup, err)

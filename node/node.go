@@ -75,6 +75,8 @@ type Node struct {
 	health health
 	// backups writes the scheduled backups; nil without Config.BackupDir.
 	backups *backuper
+	// disk is what this node last read of its disk (disk.go).
+	disk diskWatch
 
 	shutdown  chan struct{}
 	wg        sync.WaitGroup
@@ -182,6 +184,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.leaderLoop)
 	n.startAutopilot()
 	n.goFunc(n.followLoop)
+	n.startDiskWatch()
 	if disk.hasState {
 		n.mux.OpenRaft()
 	} else {
@@ -260,11 +263,14 @@ func (n *Node) bootstrap() error {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
 	}
+	// Set before Raft can elect this node: establish, on the goroutine
+	// that follows leadership, reads it, and the call below is what orders
+	// the two.
+	n.bootstrapped = true
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	n.bootstrapped = true
 	n.logger.Info("bootstrapped a new cluster", "voters", len(servers))
 	return nil
 }

@@ -15,6 +15,7 @@ const (
 	ReasonNoLeader      = "no_leader"     // it knows no leader
 	ReasonNotAMember    = "not_a_member"  // it is not in the cluster's configuration
 	ReasonCatchingUp    = "catching_up"   // it has not applied what the leader has committed
+	ReasonDiskFull      = "disk_full"     // its free disk is below Config.MinFreeDisk: it refuses client writes
 )
 
 // Readiness says whether a node can serve, and if not, why.
@@ -76,7 +77,7 @@ func (n *Node) followLoop() {
 }
 
 // Readiness reports whether this node can serve: it has joined a
-// cluster, knows a leader, is in the configuration, and has applied at
+// cluster, has disk space above its floor, knows a leader, is in the configuration, and has applied at
 // least the leader's commit index (a leader: since it applied an entry of
 // its term; a follower: as the leader said within the last second).
 func (n *Node) Readiness() Readiness {
@@ -85,6 +86,9 @@ func (n *Node) Readiness() Readiness {
 	}
 	if n.starting.Load() {
 		return not(ReasonBootstrapping, "this node has not founded or joined a cluster yet")
+	}
+	if e := n.diskLowError(); e != nil {
+		return not(ReasonDiskFull, "%s", e.Message)
 	}
 	addr, leader := n.raft.LeaderWithID()
 	if addr == "" {

@@ -107,8 +107,12 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 // its first read; an invalid or unreadable one (ErrInvalidBackup) changes
 // nothing. The leader holds the decoded state, not the stream's bytes,
 // and writes it to a temp file for Raft (restoreOnLeader); a follower
-// forwards a valid backup whole.
+// forwards a valid backup whole. While this node's disk or the leader's
+// is low the restore is refused (fsm.CodeInsufficientStorage).
 func (n *Node) Restore(ctx context.Context, r io.Reader) error {
+	if e := n.diskLowError(); e != nil {
+		return e
+	}
 	b, err := fsm.ReadBackup(ctxReader{ctx, r})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBackup, err)

@@ -121,6 +121,8 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl.DurationVar(&f.tuning.BackupInterval, "backup-interval", f.tuning.BackupInterval, "how often to write a scheduled backup (1s or more)")
 	fl.IntVar(&f.tuning.BackupRetain, "backup-retain", f.tuning.BackupRetain, "how many of this node's scheduled backups to keep; older ones are deleted")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
+	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
+		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
 	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
 	return cmd
 }
@@ -309,6 +311,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return err
 	}
 	metrics.WatchPools(n.LocalState())
+	metrics.WatchDisk(n)
 	var h http.Handler = api.NewServer(n, api.Options{Logger: logger, Metrics: metrics, Timeout: f.requestTimeout})
 	if f.pprof {
 		mux := http.NewServeMux()

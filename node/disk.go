@@ -1,0 +1,281 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+)
+
+// A node watches the file system holding its data directory. Below
+// Config.MinFreeDisk it is "disk low":
+//
+//   - it refuses client writes (allocations, releases, transactions,
+//     pools, Services, the service network, reconcile repairs, imports,
+//     restores) with fsm.CodeInsufficientStorage, whether it would propose
+//     them as the leader or forward them as a follower: either way its
+//     disk would receive the entry. A leader that is low refuses the
+//     writes followers forward to it too;
+//   - /readyz says disk_full;
+//   - as the leader, it hands leadership to the most up-to-date voter
+//     that is not low, at most once per diskHandoffEvery, so that the
+//     cluster keeps taking writes; with no such voter it keeps leading and
+//     refusing.
+//
+// Raft's own entries (the leader's no-op, barriers, configuration
+// changes) and the entries that keep the cluster running (member rows,
+// the cluster's name) still go through: refusing them would stall
+// elections, member removal and the hand-off itself, and they are small.
+// Everything recovers by itself once space returns.
+
+// diskHandoffEvery bounds how often a low leader tries to hand leadership
+// away, so that a cluster whose disks are all nearly full does not pass
+// leadership around.
+const diskHandoffEvery = 10 * time.Second
+
+// diskWatch is what the node last read of its disk. checkDisk writes it;
+// anyone reads it.
+type diskWatch struct {
+	free      atomic.Uint64 // free bytes on the file system of DataDir
+	known     atomic.Bool   // free was read at least once
+	low       atomic.Bool   // known, and free is below MinFreeDisk
+	failing   atomic.Bool   // the last read of free failed (logged once)
+	logBytes  atomic.Uint64 // size of raft.db
+	snapBytes atomic.Uint64 // bytes of the files under snapshots/
+
+	// handedOff is when this node last tried to hand leadership away for
+	// want of space. Only diskLoop touches it.
+	handedOff time.Time
+}
+
+// DiskStats is what a node knows of its disk, for metrics.
+type DiskStats struct {
+	// Free is the free space, in bytes, of the file system holding the
+	// data directory (0 until first read).
+	Free uint64
+	// Floor is Config.MinFreeDisk; Low is true while Free is below it.
+	Floor uint64
+	Low   bool
+	// RaftLogBytes is the size of raft.db, SnapshotBytes the bytes under
+	// snapshots/.
+	RaftLogBytes  uint64
+	SnapshotBytes uint64
+}
+
+// DiskStats returns what the node last read of its disk (every
+// Config.DiskCheckInterval).
+func (n *Node) DiskStats() DiskStats {
+	d := &n.disk
+	return DiskStats{Free: d.free.Load(), Floor: n.cfg.MinFreeDisk, Low: d.low.Load(),
+		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load()}
+}
+
+// startDiskWatch reads the disk once, so that a node started on a full
+// disk refuses writes from its first request, then keeps reading it on a
+// goroutine the node owns until Close.
+func (n *Node) startDiskWatch() {
+	n.checkDisk()
+	n.goFunc(n.diskLoop)
+}
+
+func (n *Node) diskLoop() {
+	t := time.NewTicker(n.cfg.DiskCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdown:
+			return
+		case <-t.C:
+		}
+		n.checkDisk()
+		if n.disk.low.Load() && n.IsLeader() {
+			n.handOffForDisk()
+		}
+	}
+}
+
+// checkDisk reads the free space and the sizes of raft.db and the
+// snapshots. A failed read of the free space keeps the last value: a
+// node whose file system cannot say (or an OS without statfs) is not
+// called low for it.
+func (n *Node) checkDisk() {
+	d := &n.disk
+	read := n.cfg.DiskFree
+	if read == nil {
+		read = statfsFree
+	}
+	free, err := read(n.cfg.DataDir)
+	switch {
+	case err != nil:
+		if !d.failing.Swap(true) {
+			n.logger.Warn("cannot read the free space of the data dir; keeping the last reading", "dir", n.cfg.DataDir, "error", err)
+		}
+	default:
+		d.failing.Store(false)
+		low := n.cfg.MinFreeDisk > 0 && free < n.cfg.MinFreeDisk
+		d.free.Store(free)
+		d.known.Store(true)
+		switch was := d.low.Swap(low); {
+		case low && !was:
+			n.logger.Warn("disk low: refusing client writes until space returns", "dir", n.cfg.DataDir,
+				"free", sizeString(free), "min_free_disk", sizeString(n.cfg.MinFreeDisk))
+		case !low && was:
+			n.logger.Info("disk has space again: taking client writes", "free", sizeString(free))
+		}
+	}
+	d.logBytes.Store(fileSize(filepath.Join(n.cfg.DataDir, boltFile)))
+	d.snapBytes.Store(treeSize(filepath.Join(n.cfg.DataDir, "snapshots")))
+}
+
+// fillDiskProbe adds this node's disk to its probe reply: a low leader
+// picks whom to hand leadership to by it.
+func (n *Node) fillDiskProbe(r *wire.ProbeReply) {
+	d := &n.disk
+	r.DiskFree, r.DiskLow = d.free.Load(), d.low.Load()
+}
+
+// clientWrite tells whether a request of kind k is a client's write,
+// refused while the disk is low. The others (member rows, the cluster's
+// name, and any kind that keeps the cluster running) are not: refusing
+// them would stall joins, removals and upgrades, and they are small.
+func clientWrite(k fsm.Kind) bool {
+	switch k {
+	case fsm.KindTxn, fsm.KindCreatePool, fsm.KindCreatePoolExclusive, fsm.KindDeletePool,
+		fsm.KindSetServiceNetwork, fsm.KindPutService, fsm.KindDeleteService, fsm.KindReconcile, fsm.KindImport:
+		return true
+	}
+	return false
+}
+
+// diskLowError is the refusal of a client write while this node's disk
+// is low; nil while it is not.
+func (n *Node) diskLowError() *fsm.Error {
+	d := &n.disk
+	if !d.low.Load() {
+		return nil
+	}
+	return &fsm.Error{Code: fsm.CodeInsufficientStorage, Op: -1, Message: fmt.Sprintf(
+		"node %s has %s (%d bytes) free on the file system of its data dir %s, below its floor of %s (--min-free-disk): it refuses client writes until space returns; nothing was applied",
+		n.id, sizeString(d.free.Load()), d.free.Load(), n.cfg.DataDir, sizeString(n.cfg.MinFreeDisk))}
+}
+
+// refuseForDisk returns the refusal of req, a client write, while this
+// node's disk is low; nil otherwise.
+func (n *Node) refuseForDisk(req *fsm.Request) *fsm.Error {
+	if !clientWrite(req.Kind) {
+		return nil
+	}
+	return n.diskLowError()
+}
+
+// handOffForDisk, on a low leader, hands leadership to the most
+// up-to-date voter that is not low, at most once per diskHandoffEvery.
+func (n *Node) handOffForDisk() {
+	d := &n.disk
+	if !d.handedOff.IsZero() && time.Since(d.handedOff) < diskHandoffEvery {
+		return
+	}
+	d.handedOff = time.Now()
+	to, ok := n.voterWithSpace()
+	if !ok {
+		n.logger.Warn("disk low and no other voter with space answers: keeping leadership, refusing client writes",
+			"free", sizeString(d.free.Load()), "min_free_disk", sizeString(n.cfg.MinFreeDisk))
+		return
+	}
+	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", sizeString(d.free.Load()))
+	if err := n.raft.LeadershipTransferToServer(to.ID, to.Address).Error(); err != nil {
+		n.logger.Warn("leadership hand-off for disk space failed", "to", to.ID, "error", err)
+	}
+}
+
+// voterWithSpace probes the other voters at once and returns the one not
+// low whose log is longest. A node of a release that does not report its
+// disk counts as having space.
+func (n *Node) voterWithSpace() (raft.Server, bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return raft.Server{}, false
+	}
+	var voters []raft.Server
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.id) {
+			voters = append(voters, s)
+		}
+	}
+	replies := make([]*wire.ProbeReply, len(voters))
+	var wg sync.WaitGroup
+	for i, s := range voters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := n.probe(context.Background(), string(s.Address))
+			if err == nil && r.ID == string(s.ID) {
+				replies[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	best := -1
+	for i, r := range replies {
+		if r != nil && !r.DiskLow && (best < 0 || r.LastIndex > replies[best].LastIndex) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return raft.Server{}, false
+	}
+	return voters[best], true
+}
+
+// fileSize is the size of the file at path, 0 if it cannot be read.
+func fileSize(path string) uint64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return uint64(fi.Size())
+}
+
+// treeSize is the total size of the regular files under dir. Files that
+// vanish during the walk (a snapshot being replaced) are skipped.
+func treeSize(dir string) uint64 {
+	var total uint64
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := e.Info(); err == nil {
+			total += uint64(fi.Size())
+		}
+		return nil
+	})
+	return total
+}
+
+// sizeString writes bytes for people: 1536 is "1.5 KiB".
+func sizeString(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for m := b / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// refusedForDisk tells whether res is a refusal for want of space (of
+// this node or the leader's).
+func refusedForDisk(res *fsm.Result) bool {
+	return res != nil && res.Err != nil && res.Err.Code == fsm.CodeInsufficientStorage
+}
