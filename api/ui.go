@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rangealloc/rangealloc/allocator"
@@ -24,7 +25,7 @@ import (
 //go:embed ui.html
 var uiHTML string
 
-var uiTemplates = template.Must(template.New("ui").Parse(uiHTML))
+var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{"n": thousands}).Parse(uiHTML))
 
 // uiRefreshSeconds is how often the page reloads itself.
 const uiRefreshSeconds = 5
@@ -149,12 +150,28 @@ func toClusterView(st node.ClusterStatus, r *http.Request) clusterView {
 	for _, m := range st.Members {
 		mv := toMemberView(m)
 		mv.Self = m.ID == st.ID
-		if m.APIAddr != "" {
-			mv.Link = (&url.URL{Scheme: scheme, Host: m.APIAddr, Path: "/ui/"}).String()
-		}
+		mv.Link = statusLink(m.APIAddr, scheme)
 		v.Members = append(v.Members, mv)
 	}
 	return v
+}
+
+// statusLink returns the status page of the node whose API address is
+// addr: a URL ("https://10.0.0.2:7080", as a node records its own) or a
+// bare host and port (as --peers gives them), which is reached by scheme.
+// "" when addr is empty or not an address.
+func statusLink(addr, scheme string) string {
+	u := &url.URL{Scheme: scheme, Host: addr}
+	if strings.Contains(addr, "://") {
+		var err error
+		if u, err = url.Parse(addr); err != nil {
+			return ""
+		}
+	}
+	if u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/ui/"}).String()
 }
 
 // toMemberView renders a member's fields. What only the leader knows
@@ -206,6 +223,23 @@ func health(m node.Member) (state, why string) {
 		why = "not on the leader's term"
 	}
 	return "unhealthy", why
+}
+
+// thousands prints n with commas between groups of three digits:
+// 1,048,574.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
 }
 
 // humanBytes prints a byte count in binary units: 512 B, 3.2 GiB.

@@ -23,17 +23,21 @@ import (
 const (
 	maxBandCells = 1024 // cells of one band's picture, at most
 	gridColumns  = 64   // cells a row
-	cellSize     = 14   // a cell's side, in pixels
-	cellPitch    = 16   // from one cell to the next: its side and a gap
+	cellSize     = 12   // a cell's side, in pixels
+	cellPitch    = 14   // from one cell to the next: its side and a gap
 )
 
 // bandView is the picture of one band.
 type bandView struct {
 	Name        string // "static" or "dynamic"
 	First, Last string // the band's first and last values
-	Size, Used  int
-	PerCell     int // values a cell stands for (the last cell may hold fewer)
-	Cells       []cellView
+	// FirstOff and LastOff are the band's first and last offsets in the
+	// range: the static band ends at B-1, the dynamic band starts at B.
+	FirstOff, LastOff int
+	CellSize          int // a cell's side, in pixels
+	Size, Used        int
+	PerCell           int // values a cell stands for (the last cell may hold fewer)
+	Cells             []cellView
 	// Width and Height are the SVG's size in pixels.
 	Width, Height int
 }
@@ -77,7 +81,7 @@ func newBand(name string, r allocator.Range, lo, hi int) bandView {
 	n := hi - lo
 	per := max(1, (n+maxBandCells-1)/maxBandCells)
 	cells := (n + per - 1) / per
-	v := bandView{Name: name, Size: n, PerCell: per, Cells: make([]cellView, cells)}
+	v := bandView{Name: name, FirstOff: lo, LastOff: hi - 1, CellSize: cellSize, Size: n, PerCell: per, Cells: make([]cellView, cells)}
 	if n > 0 {
 		v.First, v.Last = r.Value(lo), r.Value(hi-1)
 	}

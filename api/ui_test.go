@@ -227,6 +227,7 @@ func TestUIBands(t *testing.T) {
 	assert.Equal(t, "h4", got["wide"]["dynamic"][0].shade, "1,024 values held from the band's start fill its first cell")
 	assert.Empty(t, got["tiny"]["static"], "16 values: no static band")
 	assert.Contains(t, page, "No static band")
+	assert.Contains(t, page, "of 1,048,574 held", "the /12's size, grouped by thousands")
 	assert.Less(t, len(page), 1<<20, "the page's size is bounded by its cells, not its pools' sizes")
 }
 
@@ -257,7 +258,7 @@ func TestUIMembers(t *testing.T) {
 				Healthy: true, MatchIndex: 900, Version: "v1.4.0", FeatureLevel: 2, DiskFree: 3 << 30},
 			{ID: "n2", RaftAddr: "10.0.0.2:7000", APIAddr: "10.0.0.2:7080", Voter: true, Known: true, Reachable: false,
 				LastContact: 12 * time.Second, MatchIndex: 400, Lag: 500, Version: "v1.3.2", FeatureLevel: 1, DiskFree: 900 << 20, DiskLow: true},
-			{ID: "n3", RaftAddr: "10.0.0.3:7000", APIAddr: "10.0.0.3:7080", Voter: true, Known: true, Reachable: true,
+			{ID: "n3", RaftAddr: "10.0.0.3:7000", APIAddr: "https://10.0.0.3:7443", Voter: true, Known: true, Reachable: true,
 				LastContact: 40 * time.Millisecond, MatchIndex: 600, Lag: 300, Version: "v1.4.0", FeatureLevel: 2, DiskFree: 1 << 40},
 			{ID: "n4", RaftAddr: "10.0.0.4:7000", Known: false},
 		}}
@@ -275,7 +276,7 @@ func TestUIMembers(t *testing.T) {
 	}{
 		{"n1", "healthy", []string{"leader", "(this node)", "v1.4.0", "3.0 GiB", `href="http://10.0.0.1:7080/ui/"`}},
 		{"n2", "unhealthy", []string{"voter", "unreachable", "12s ago", "500", "v1.3.2", "900.0 MiB", `data-disk-low="true"`}},
-		{"n3", "unhealthy", []string{"300 entries behind", "40ms ago", "1.0 TiB"}},
+		{"n3", "unhealthy", []string{"300 entries behind", "40ms ago", "1.0 TiB", `href="https://10.0.0.3:7443/ui/"`}},
 		{"n4", "unknown", []string{"non-voter", "unknown"}},
 	} {
 		health, row, _ := strings.Cut(rows[c.id], "|")
