@@ -124,7 +124,7 @@ func (srv *Server) poolView(ctx context.Context, name string) poolView {
 	}
 	r, err := allocator.ParseRange(rng)
 	if err != nil {
-		return poolView{Name: name, Err: err.Error()}
+		return poolView{Name: name, Err: fmt.Sprintf("pool %q: %v", name, err)}
 	}
 	p := allocator.NewPool(r)
 	if err := p.Restore(rng, data); err != nil {
