@@ -40,7 +40,12 @@ var authRules = []authRule{
 	{"GET", "/readyz", 0, true},
 	{"*", "/debug/pprof/...", RoleAdmin, false}, // heap contents and goroutine stacks
 	{"GET", "/v1/snapshot", RoleAdmin, false},   // the whole state
-	{"GET", "/...", RoleRead, false},            // every other read, /metrics, /openapi.yaml and /ui/ included
+	// The status page's login form and its redirect (/ui to /ui/) show
+	// nothing of the state; the page itself, /ui/, is a read.
+	{"GET", "/ui", 0, true},
+	{"GET", "/ui/login", 0, true},
+	{"POST", "/ui/login", 0, true},
+	{"GET", "/...", RoleRead, false}, // every other read, /metrics, /openapi.yaml and /ui/ included
 	{"POST", "/v1/pools/{name}/allocations", RoleWrite, false},
 	{"DELETE", "/v1/pools/{name}/allocations/{value}", RoleWrite, false},
 	{"POST", "/v1/txn", RoleWrite, false},
@@ -172,7 +177,7 @@ func TokenName(ctx context.Context) string {
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	need, open := RequiredRole(r.Method, r.URL.EscapedPath())
 	if open {
-		g.next.ServeHTTP(w, r)
+		g.next.ServeHTTP(w, withLoginTokens(r, g.tokens)) // the status page's login checks tokens
 		return
 	}
 	if g.tokens == nil {
@@ -184,12 +189,20 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, why := bearerToken(r.Header)
-	if why != "" {
-		g.refuse(w, r, http.StatusUnauthorized, CodeUnauthenticated, why, "")
-		return
+	browser := isUIRead(r) // the status page: its cookie, else the login form
+	if browser {
+		token, why = uiCookieToken(r)
 	}
 	name, has, ok := g.tokens.lookup(token)
-	if !ok {
+	ok = ok && why == ""
+	switch {
+	case !ok && browser:
+		toLogin(w, r)
+		return
+	case why != "":
+		g.refuse(w, r, http.StatusUnauthorized, CodeUnauthenticated, why, "")
+		return
+	case !ok:
 		g.refuse(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the bearer token is not known to this node", "")
 		return
 	}

@@ -27,6 +27,7 @@ const (
 	unauth = http.StatusUnauthorized // 401 Unauthenticated
 	denied = http.StatusForbidden    // 403 PermissionDenied
 	passes = 299                     // reached the handler behind the guard
+	toForm = http.StatusSeeOther     // a browser sent to the status page's login form
 )
 
 // The credentials every route is tried with, in the order of a row's want.
@@ -59,6 +60,9 @@ var (
 	needWrite = [5]int{unauth, unauth, denied, passes, passes}
 	needAdmin = [5]int{unauth, unauth, denied, denied, passes}
 	isOpen    = [5]int{passes, passes, passes, passes, passes}
+	// The status page: a request without an Authorization header is a
+	// browser's, sent to the login form rather than refused.
+	needReadUI = [5]int{toForm, unauth, passes, passes, passes}
 )
 
 // routeTable is every route of server.go, the operations endpoints, and a
@@ -93,6 +97,10 @@ var routeTable = []routeRow{
 	{"GET", "/readyz", "/readyz", 0, true, isOpen},
 	{"GET", "/openapi.yaml", "/openapi.yaml", api.RoleRead, false, needRead},
 	{"GET", "/metrics", "/metrics", api.RoleRead, false, needRead},
+	{"GET", "/ui", "/ui", 0, true, isOpen},
+	{"GET", "/ui/", "/ui/", api.RoleRead, false, needReadUI},
+	{"GET", "/ui/login", "/ui/login", 0, true, isOpen},
+	{"POST", "/ui/login", "/ui/login", 0, true, isOpen},
 	{"GET", "", "/no/such/path", api.RoleRead, false, needRead},    // unknown: 404 past the guard
 	{"POST", "", "/no/such/path", api.RoleAdmin, false, needAdmin}, // unknown, not a GET: the most restrictive
 }

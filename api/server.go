@@ -140,6 +140,10 @@ func (srv *Server) routes() {
 	m.HandleFunc("POST /v1/snapshot/restore", accepts(backupType, srv.restore))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	m.HandleFunc("GET /readyz", srv.ready)
+	m.HandleFunc("GET /ui", uiRedirect)
+	m.HandleFunc("GET /ui/", srv.statusPage)
+	m.HandleFunc("GET /ui/login", srv.loginForm)
+	m.HandleFunc("POST /ui/login", accepts(formType, srv.login))
 	m.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(OpenAPI)
