@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -217,4 +219,40 @@ func TestRecoverRefuses(t *testing.T) {
 		st, err := b.Cluster()
 		return err == nil && len(st.Members) == 3 && st.LeaderID != ""
 	}, 10*time.Second, 20*time.Millisecond, "b is back in its three-voter cluster")
+}
+
+// TestStaleBackupWithoutLeader: a node whose two peers are gone has no
+// leader; a stale backup still answers at once with every value it
+// applied, where a linearizable one fails with ErrNoLeader.
+func TestStaleBackupWithoutLeader(t *testing.T) {
+	nodes, _ := threeNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var acked []fsm.Allocation
+	for i := 0; i < 20; i++ {
+		got, err := nodes[0].Allocate(ctx, "nodeport", "", fmt.Sprintf("owner-%d", i), 0, "")
+		require.NoError(t, err)
+		acked = append(acked, got...)
+	}
+	survivor := nodes[2]
+	require.NoError(t, survivor.fsm.WaitApplied(ctx, nodes[0].raft.CommitIndex()))
+	require.NoError(t, nodes[0].Halt())
+	require.NoError(t, nodes[1].Halt())
+	require.Eventually(t, func() bool {
+		addr, _ := survivor.raft.LeaderWithID()
+		return addr == ""
+	}, 10*time.Second, 20*time.Millisecond, "the survivor knows no leader")
+
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	var buf bytesBuffer
+	require.ErrorIs(t, survivor.BackupAt(short, Linearizable, &buf), ErrNoLeader)
+	require.NoError(t, survivor.BackupAt(ctx, Stale, &buf))
+	restored := fsm.New(nil)
+	require.NoError(t, restored.Restore(io.NopCloser(bytes.NewReader(buf.b))))
+	for _, al := range acked {
+		got, err := restored.Get(al.Pool, al.Value)
+		require.NoError(t, err, "the backup holds %s", al.Value)
+		assert.Equal(t, al.Owner, got.Owner)
+	}
 }
