@@ -246,11 +246,14 @@ func (n *Node) bootstrap() error {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
 	}
+	// Set before Raft may elect this node: establish reads it on the
+	// leader's goroutine, and the channels that carry the bootstrap to
+	// Raft and its leadership back order this write before that read.
+	n.bootstrapped = true
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	n.bootstrapped = true
 	n.logger.Info("bootstrapped a new cluster", "voters", len(servers))
 	return nil
 }
