@@ -56,6 +56,20 @@ func threeNodes(t *testing.T) ([]*Node, []Config) {
 	return nodes, cfgs
 }
 
+// caughtUp waits until n has applied everything the leader among nodes
+// has committed: every write acknowledged so far.
+func caughtUp(t *testing.T, n *Node, nodes []*Node) {
+	t.Helper()
+	var commit uint64
+	for _, o := range nodes {
+		if o.IsLeader() {
+			commit = o.raft.CommitIndex()
+		}
+	}
+	require.NotZero(t, commit, "a leader")
+	require.Eventually(t, func() bool { return n.AppliedIndex() >= commit }, 10*time.Second, 10*time.Millisecond)
+}
+
 // dirDigest returns the SHA-256 of every file under dir, by path; of
 // raft.db, that of its buckets' keys and values: opening it for writing,
 // as every start does, commits a transaction that changes its bytes and
@@ -117,10 +131,10 @@ func TestRecoverKeepsEveryEntry(t *testing.T) {
 		}
 	}
 	allocate(30)
-	require.Eventually(t, func() bool { return a.AppliedIndex() >= nodes[0].raft.CommitIndex() }, 10*time.Second, 10*time.Millisecond)
+	caughtUp(t, a, nodes)
 	require.NoError(t, a.Snapshot())
 	allocate(30) // only in the log
-	require.Eventually(t, func() bool { return a.AppliedIndex() >= nodes[1].raft.CommitIndex() }, 10*time.Second, 10*time.Millisecond)
+	caughtUp(t, a, nodes)
 	applied := a.AppliedIndex()
 	for _, n := range nodes {
 		require.NoError(t, n.Halt())
@@ -235,7 +249,7 @@ func TestStaleBackupWithoutLeader(t *testing.T) {
 		acked = append(acked, got...)
 	}
 	survivor := nodes[2]
-	require.NoError(t, survivor.fsm.WaitApplied(ctx, nodes[0].raft.CommitIndex()))
+	caughtUp(t, survivor, nodes)
 	require.NoError(t, nodes[0].Halt())
 	require.NoError(t, nodes[1].Halt())
 	require.Eventually(t, func() bool {
