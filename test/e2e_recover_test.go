@@ -46,11 +46,15 @@ func TestE2ERecoverFromQuorumLoss(t *testing.T) {
 			s = p
 		}
 	}
-	st, err := leader.client().Cluster(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { // it applied every acknowledged write
-		sst, err := s.client().Cluster(ctx)
-		return err == nil && sst.AppliedIndex >= st.CommitIndex
+	var commit uint64 // the highest commit index: every acknowledged write
+	for _, p := range ps {
+		st, err := p.client().Cluster(ctx)
+		require.NoError(t, err)
+		commit = max(commit, st.CommitIndex)
+	}
+	require.Eventually(t, func() bool { // the survivor applied every acknowledged write
+		st, err := s.client().Cluster(ctx)
+		return err == nil && st.AppliedIndex >= commit
 	}, 20*time.Second, 50*time.Millisecond)
 	var lost []*proc
 	for _, p := range ps {
