@@ -315,11 +315,18 @@ func (srv *Server) finalizeUpgrade(w http.ResponseWriter, r *http.Request) {
 	srv.cluster(w, r)
 }
 
+// backup answers a copy of the whole state at the request's consistency:
+// consistency=stale is the node's own state, served without a leader.
 func (srv *Server) backup(w http.ResponseWriter, r *http.Request) {
+	c, err := consistency(w, r, srv.s)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*srv.opts.Timeout)
 	defer cancel()
 	var buf bytes.Buffer
-	if err := srv.s.Backup(ctx, &buf); err != nil {
+	if err := srv.s.BackupAt(ctx, c, &buf); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -62,7 +62,7 @@ type Store interface {
 	RemoveMember(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
 	FinalizeUpgrade(ctx context.Context) error
-	Backup(ctx context.Context, w io.Writer) error
+	BackupAt(ctx context.Context, c node.Consistency, w io.Writer) error
 	Restore(ctx context.Context, r io.Reader) error
 	PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (node.ServiceWrite, error)
 	DeleteService(ctx context.Context, namespace, name string, dryRun bool, requestID string) (node.ServiceRecord, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -270,6 +271,22 @@ func (n *Node) RangeAllocation(ctx context.Context, c Consistency, pool string) 
 		return "", nil, err
 	}
 	return r.Range, r.Data, replyErr(r)
+}
+
+// BackupAt writes a copy of the whole state to w, in the snapshot format
+// (package snapshot), at consistency c. A Stale one is this node's own
+// applied state and needs no leader: the way to save what a survivor holds
+// when the cluster has lost its quorum.
+func (n *Node) BackupAt(ctx context.Context, c Consistency, w io.Writer) error {
+	r, err := n.read(ctx, &readArgs{Op: "backup", Consistency: int(c)})
+	if err != nil {
+		return err
+	}
+	if err := replyErr(r); err != nil {
+		return err
+	}
+	_, err = w.Write(r.Data)
+	return err
 }
 
 // LocalState gives direct, read-only access to this node's state machine,

@@ -88,15 +88,7 @@ func (n *Node) DeletePool(ctx context.Context, name, requestID string) error {
 // Backup writes a linearizable copy of the whole state to w, in the
 // snapshot format (package snapshot).
 func (n *Node) Backup(ctx context.Context, w io.Writer) error {
-	r, err := n.read(ctx, &readArgs{Op: "backup", Consistency: int(Linearizable)})
-	if err != nil {
-		return err
-	}
-	if err := replyErr(r); err != nil {
-		return err
-	}
-	_, err = w.Write(r.Data)
-	return err
+	return n.BackupAt(ctx, Linearizable, w)
 }
 
 // Restore replaces the whole cluster's state with a backup read from r:

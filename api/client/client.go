@@ -305,10 +305,14 @@ func (c *Client) FinalizeUpgrade(ctx context.Context) (types.ClusterStatus, erro
 	return out, err
 }
 
-// Backup returns a backup of the whole state.
-func (c *Client) Backup(ctx context.Context) ([]byte, error) {
+// Backup returns a linearizable backup of the whole state.
+func (c *Client) Backup(ctx context.Context) ([]byte, error) { return c.BackupWith(ctx, Options{}) }
+
+// BackupWith returns a backup of the whole state at o's consistency:
+// "stale" is the node's own state, answered without a leader.
+func (c *Client) BackupWith(ctx context.Context, o Options) ([]byte, error) {
 	var out []byte
-	_, err := c.do(ctx, http.MethodGet, "/v1/snapshot", nil, nil, nil, &out)
+	_, err := c.do(ctx, http.MethodGet, "/v1/snapshot", o.query(), nil, nil, &out)
 	return out, err
 }
 

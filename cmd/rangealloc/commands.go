@@ -405,15 +405,20 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 		Use:   "snapshot",
 		Short: "Save a backup of the whole state, or restore one",
 		Example: `  rangealloc snapshot save backup.snap
+  rangealloc snapshot save survivor.snap --consistency stale   # no leader needed
   rangealloc snapshot restore backup.snap`,
 	}
-	cmd.AddCommand(&cobra.Command{
+	var cons string
+	save := &cobra.Command{
 		Use: "save FILE", Short: "Save a backup to FILE", Args: cobra.ExactArgs(1),
+		Long: `Save a backup of the whole state to FILE. With --consistency stale, the
+node at --addr saves its own applied state without asking a leader: the way
+to save what a survivor holds when the cluster has lost its quorum.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := ctxOf(cmd)
 			defer cancel()
 			start := time.Now()
-			data, err := g.client().Backup(ctx)
+			data, err := g.client().BackupWith(ctx, client.Options{Consistency: cons})
 			if err != nil {
 				return err
 			}
@@ -424,7 +429,9 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "saved %d bytes to %s in %s\n", len(data), args[0], time.Since(start).Round(time.Millisecond))
 			})
 		},
-	}, &cobra.Command{
+	}
+	consistencyFlag(save, &cons)
+	cmd.AddCommand(save, &cobra.Command{
 		Use: "restore FILE", Short: "Replace the whole cluster's state with the backup in FILE", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := ctxOf(cmd)

@@ -75,6 +75,7 @@ RANGEALLOC_DATA_DIR.`,
 	g.register(root.PersistentFlags())
 	root.AddCommand(newServerCmd(g), newPoolsCmd(g), newAllocateCmd(g), newReleaseCmd(g), newGetCmd(g),
 		newListCmd(g), newClusterCmd(g), newSnapshotCmd(g), newBenchCmd(g), newTokenCmd(), newCertsCmd(g))
+	root.AddCommand(newRecoverCmd(g))
 	root.AddCommand(newServicesCmd(g), newReconcileCmd(g), newImportCmd(g), newVersionCmd(g))
 	return root
 }
