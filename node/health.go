@@ -54,6 +54,7 @@ type health struct {
 	mu       sync.Mutex
 	contacts map[raft.ServerID]*contact
 	state    *autopilot.State
+	removing sync.Map // raft.ServerID → true while its removal runs
 }
 
 func (h *health) reset() {
@@ -70,15 +71,33 @@ func (n *Node) startAutopilot() {
 		autopilot.WithPromoter(promoter{autopilot.DefaultPromoter().(*autopilot.StablePromoter), n}))
 }
 
-// watchMembers starts or stops autopilot as leadership comes and goes.
-func (n *Node) watchMembers(leader bool) {
+// watchMembers starts autopilot when this node becomes the leader of
+// generation gen, and stops it when it loses leadership. Starting probes
+// every member once (a probe of a partitioned member waits out its
+// timeout), so it runs beside the leader's first entry rather than before
+// it; apMu keeps a start and a stop of consecutive generations in order.
+func (n *Node) watchMembers(leader bool, gen uint64) {
 	if !leader {
+		n.apMu.Lock()
 		<-n.ap.Stop()
+		n.apMu.Unlock()
 		n.health.reset()
 		return
 	}
-	n.health.reset()
-	n.ap.Start(context.Background()) // Stop cancels it
+	n.goFunc(func() {
+		n.apMu.Lock()
+		defer n.apMu.Unlock()
+		select {
+		case <-n.shutdown:
+			return // close stops autopilot after closing shutdown
+		default:
+		}
+		if n.leaderGen.Load() != gen || !n.IsLeader() {
+			return // lost it meanwhile
+		}
+		n.health.reset()
+		n.ap.Start(context.Background()) // Stop cancels it
+	})
 }
 
 // apDelegate is autopilot's view of the application.
@@ -206,7 +225,11 @@ func (d apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 // rangealloc cluster remove would: the member row, then the server.
 func (d apDelegate) RemoveFailedServer(s *autopilot.Server) {
 	n := d.n
+	if _, busy := n.health.removing.LoadOrStore(s.ID, true); busy {
+		return // autopilot asks every round; one removal at a time
+	}
 	n.goFunc(func() {
+		defer n.health.removing.Delete(s.ID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := n.removeMemberOnLeader(ctx, string(s.ID)); err != nil {
@@ -303,7 +326,6 @@ func (n *Node) memberHealth() map[string]wire.MemberHealth {
 		mh := wire.MemberHealth{LastContact: -1}
 		if id == n.id {
 			r, mh.LastContact = n.probeReply(), 0
-			r.Applied = r.LastIndex
 		} else if c := n.health.contacts[s.ID]; c != nil && c.reply != nil {
 			r, mh.LastContact = c.reply, now.Sub(c.lastOK)
 		}
@@ -319,6 +341,9 @@ func (n *Node) memberHealth() map[string]wire.MemberHealth {
 			if st := n.health.state.Servers[s.ID]; st != nil {
 				mh.Healthy = st.Health.Healthy
 			}
+		}
+		if id == n.id {
+			mh.Healthy = true // the leader is on its own term and at its own index
 		}
 		out[id] = mh
 	}

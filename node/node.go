@@ -72,6 +72,7 @@ type Node struct {
 	// ap runs member health, promotion and dead-member cleanup while this
 	// node leads; health is what it learned (health.go).
 	ap     *autopilot.Autopilot
+	apMu   sync.Mutex
 	health health
 	// backups writes the scheduled backups; nil without Config.BackupDir.
 	backups *backuper
@@ -393,7 +394,7 @@ func (n *Node) leaderLoop() {
 		case leader := <-n.notify:
 			n.ready.Store(false)
 			gen := n.leaderGen.Add(1)
-			n.watchMembers(leader)
+			n.watchMembers(leader, gen)
 			if !leader {
 				n.logger.Info("lost leadership")
 				continue
@@ -481,7 +482,9 @@ func (n *Node) close(handover bool) error {
 		}
 		close(n.shutdown)
 		if n.ap != nil {
+			n.apMu.Lock()
 			<-n.ap.Stop()
+			n.apMu.Unlock()
 		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.closeErr = err

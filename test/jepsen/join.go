@@ -183,7 +183,7 @@ func (j JoinAttempt) problems() []string {
 			out = append(out, fmt.Sprintf("%s: 409 NodeNotEmpty with details %v, want the newcomer's clusterId and lastIndex", at, j.Details))
 		}
 	}
-	if !slices.Equal(j.Before, j.After) {
+	if !slices.EqualFunc(j.Before, j.After, sameMember) {
 		out = append(out, fmt.Sprintf("%s: membership changed from %s to %s", at, memberList(j.Before), memberList(j.After)))
 	}
 	if strings.HasPrefix(j.Cleanup, "could not") {
@@ -206,6 +206,12 @@ func (j JoinAttempt) answer() string {
 }
 
 // memberList shows a configuration as "n1 (voter), n2 (nonvoter)".
+// sameMember compares what makes a member: its ID, addresses and vote,
+// not its health, which moves from one reading to the next.
+func sameMember(a, b api.ClusterMember) bool {
+	return a.ID == b.ID && a.RaftAddr == b.RaftAddr && a.APIAddr == b.APIAddr && a.Voter == b.Voter
+}
+
 func memberList(ms []api.ClusterMember) string {
 	if ms == nil {
 		return "(unknown)"
