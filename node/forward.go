@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/rpc"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,9 +286,24 @@ func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*r
 func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) error {
 	var reply callReply
 	if _, err := n.fwd.call(ctx, addr, method, args, &reply, nil); err != nil {
+		if e := olderLeader(addr, method, err); e != nil {
+			return e
+		}
 		return fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
 	return fromWireErr(reply.Err)
+}
+
+// olderLeader recognises the answer of a leader of an older release to a
+// call it does not have (net/rpc's "can't find method"): a definite
+// refusal, not a reason to retry until the deadline.
+func olderLeader(addr, method string, err error) *fsm.Error {
+	if !strings.Contains(err.Error(), "rpc: can't find method") {
+		return nil
+	}
+	return &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+		"the leader at %s runs an older release, which has no %s: upgrade it first, or move leadership to an upgraded node",
+		addr, method)}
 }
 
 // serveRPC answers forwarded calls until the node closes. Each connection
@@ -479,6 +495,12 @@ func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 		reply.Err = &wireErr{Domain: &fsm.Error{Code: fsm.CodePermissionDenied, Op: -1, Message: fmt.Sprintf(
 			"a node may join only as itself: it asked to join as %q, its certificate names %q", m.ID, s.peer)}}
 		return nil
+	}
+	if m.Nonvoter { // before it travels: a leader of an older release would drop the flag
+		if e := checkKindLevel(fsm.KindSetMemberNonvoter, s.n.fsm.FeatureLevel()); e != nil {
+			reply.Err = &wireErr{Domain: e}
+			return nil
+		}
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()

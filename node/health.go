@@ -147,7 +147,13 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 		}
 		n.logContact(r.peer.ID, c, now)
 		if c.reply != nil {
-			out[id] = &autopilot.ServerStats{LastContact: now.Sub(c.lastOK), LastTerm: c.reply.LastTerm, LastIndex: c.reply.Applied}
+			term := c.reply.LastTerm
+			if c.reply.Protocol < 2 {
+				// A node of the release before protocol 2 does not say its
+				// term: judge it by reachability and lag alone.
+				term = n.lastTerm()
+			}
+			out[id] = &autopilot.ServerStats{LastContact: now.Sub(c.lastOK), LastTerm: term, LastIndex: c.reply.Applied}
 		}
 	}
 	return out

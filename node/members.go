@@ -112,6 +112,11 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 	if m.RaftAddr == "" {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
 	}
+	if m.Nonvoter { // before it travels: a leader of an older release would drop the flag
+		if err := checkKindLevel(fsm.KindSetMemberNonvoter, n.fsm.FeatureLevel()); err != nil {
+			return err
+		}
+	}
 	return n.onLeader(ctx, "AddMember", m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
 }
 

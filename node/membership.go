@@ -285,6 +285,14 @@ func (n *Node) join(ctx context.Context) error {
 	var last error
 	for attempt := 0; ; attempt++ {
 		for _, addr := range n.cfg.Join {
+			if me.Nonvoter {
+				// A member of an older release would drop the flag and
+				// have this node promoted: ask only members that know it.
+				if r, err := n.probe(ctx, addr); err == nil && max(1, r.FeatureLevel) < fsm.KindLevel(fsm.KindSetMemberNonvoter) {
+					return fmt.Errorf("refusing to start: --non-voter: the member at %s runs release %s, which cannot keep a member a non-voter; "+
+						"finish the upgrade (rangealloc cluster finalize-upgrade) first", addr, orUnknown(r.Version))
+				}
+			}
 			var reply wire.JoinReply
 			_, err := n.fwd.call(ctx, addr, "Join", me, &reply, nil)
 			if err == nil {
