@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -153,6 +154,7 @@ type relNode struct {
 	exited     chan struct{} // closed when the current process has ended
 	exitErr    error         // the current process's exit, once exited is closed
 	stopping   bool          // the test sent SIGTERM
+	snapsAtRun []string      // the snapshots on disk when the current process started
 	unexpected []string      // exits the test did not ask for
 }
 
@@ -199,10 +201,11 @@ func (r *relNode) run(t *testing.T, bin, rel string) {
 	cmd := exec.Command(bin, append([]string{"server", "--id", r.id, "--data-dir", r.dir, "--http-addr", r.http,
 		"--raft-addr", r.raft, "--log-level", "warn"}, r.args...)...)
 	cmd.Stderr = &r.logs
+	snaps := r.snapshots(t)
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	r.mu.Lock()
-	r.cmd, r.release, r.exited, r.exitErr, r.stopping = cmd, rel, exited, nil, false
+	r.cmd, r.release, r.exited, r.exitErr, r.stopping, r.snapsAtRun = cmd, rel, exited, nil, false, snaps
 	r.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -233,6 +236,29 @@ func (r *relNode) stop(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	require.NoError(t, r.exitErr, "%s exits cleanly on SIGTERM", r.id)
+}
+
+func (r *relNode) snapshots(t *testing.T) []string {
+	snaps, err := filepath.Glob(filepath.Join(r.dir, "snapshots", "*", "state.bin"))
+	require.NoError(t, err)
+	return snaps
+}
+
+// waitNewSnapshot waits until the node has a snapshot on disk that it
+// wrote, or received from the leader, since its current process started.
+func (r *relNode) waitNewSnapshot(t *testing.T, step string) {
+	t.Helper()
+	r.mu.Lock()
+	before := r.snapsAtRun
+	r.mu.Unlock()
+	require.Eventually(t, func() bool {
+		for _, s := range r.snapshots(t) {
+			if !slices.Contains(before, s) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "%s: %s takes or receives a snapshot", step, r.id)
 }
 
 func (r *relNode) rel() string {
@@ -654,6 +680,9 @@ func upgradeNode(t *testing.T, step string, rs []*relNode, r *relNode, bin, rel 
 	t.Helper()
 	t.Logf("%s: %s from the %s release to the %s", step, r.id, r.rel(), rel)
 	wasOld := r.rel() == relOld
+	if wasOld {
+		r.waitNewSnapshot(t, step) // so that the scan below sees one of this process's
+	}
 	r.stop(t)
 	if wasOld {
 		s := scanDisk(t, r.dir)
