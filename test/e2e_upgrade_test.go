@@ -25,7 +25,9 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -37,11 +39,19 @@ import (
 // the one before.
 const previousRelease = "cfcca01"
 
-// The two binaries a member runs in TestE2ERollingUpgrade.
+// The two releases a member runs in TestE2ERollingUpgrade.
 const (
 	relOld = "old"
 	relNew = "new"
 )
+
+// release is a binary a member can run.
+type release struct {
+	name    string // relOld or relNew
+	bin     string
+	version string // the release its nodes report; "" before versions
+	level   int    // the highest feature level its nodes report; 0 before levels
+}
 
 // buildPrevious builds the previous release's rangealloc from the
 // repository's history into dir. It skips the test when git or the
@@ -193,12 +203,12 @@ func (r *relNode) cleanup(t *testing.T) {
 	})
 }
 
-// run starts the node on bin, the binary of release rel, with its data
-// directory and flags.
-func (r *relNode) run(t *testing.T, bin, rel string) {
+// run starts the node on rl's binary with its data directory and flags.
+func (r *relNode) run(t *testing.T, rl release) {
 	t.Helper()
+	rel := rl.name
 	fmt.Fprintf(&r.logs, "==== %s starts the %s release's binary at %s\n", r.id, rel, time.Now().Format(time.TimeOnly))
-	cmd := exec.Command(bin, append([]string{"server", "--id", r.id, "--data-dir", r.dir, "--http-addr", r.http,
+	cmd := exec.Command(rl.bin, append([]string{"server", "--id", r.id, "--data-dir", r.dir, "--http-addr", r.http,
 		"--raft-addr", r.raft, "--log-level", "warn"}, r.args...)...)
 	cmd.Stderr = &r.logs
 	snaps := r.snapshots(t)
@@ -562,22 +572,27 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 // level-2 entry) joins. No acknowledged write is lost, no value has two
 // owners, and every node holds the same RangeAllocations.
 func TestE2ERollingUpgrade(t *testing.T) {
-	oldBin := buildPrevious(t, t.TempDir())
+	oldRel := release{name: relOld, bin: buildPrevious(t, t.TempDir())}
+	_, _, code := runBin(t, oldRel.bin, "version")
+	require.NotEqual(t, 0, code, "the previous release has no version command")
+	out, stderr, code := runBin(t, binary, "version", "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var v struct {
+		Version      string
+		FeatureLevel int
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, fsm.MaxFeatureLevel, v.FeatureLevel, "rangealloc version: the highest level this binary supports")
+	newRel := release{name: relNew, bin: binary, version: v.Version, level: v.FeatureLevel}
+
 	rs := newRelNodes(t, 3, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
 	for _, r := range rs {
-		r.run(t, oldBin, relOld)
+		r.run(t, oldRel)
 	}
 	waitLeader(t, rs[0].proc)
 	for _, r := range rs {
 		waitReady(t, r.proc)
 	}
-	_, _, code := runBin(t, oldBin, "version")
-	require.NotEqual(t, 0, code, "the previous release has no version command")
-	out, stderr, code := runBin(t, binary, "version", "-o", "json")
-	require.Equal(t, 0, code, stderr)
-	var v struct{ FeatureLevel int }
-	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
-	require.Equal(t, fsm.MaxFeatureLevel, v.FeatureLevel, "rangealloc version: the highest level this binary supports")
 
 	load := startRollingLoad(t, rs, 3)
 	load.waitProgress(t, "all on the previous release", 50)
@@ -587,7 +602,7 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	step := "step 1 (a follower upgraded)"
 	leader := leaderOf(t, step, rs)
 	f1 := followerOf(rs, leader, relOld)
-	upgradeNode(t, step, rs, f1, binary, relNew)
+	upgradeNode(t, step, rs, f1, newRel)
 	ensureLeaderRuns(t, step, rs, relOld)
 	observeMix(t, step, rs, load, mixes)
 	checkStep(t, step, rs)
@@ -596,7 +611,7 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	// node then leads an old follower.
 	step = "step 2 (the leader upgraded)"
 	leader = leaderOf(t, step, rs)
-	upgradeNode(t, step, rs, leader, binary, relNew)
+	upgradeNode(t, step, rs, leader, newRel)
 	ensureLeaderRuns(t, step, rs, relNew)
 	observeMix(t, step, rs, load, mixes)
 	checkStep(t, step, rs)
@@ -606,26 +621,28 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	step = "step 3 (the last node upgraded)"
 	last := followerOf(rs, leaderOf(t, step, rs), relOld)
 	require.NotNil(t, last, "%s: an old node is left", step)
-	upgradeNode(t, step, rs, last, binary, relNew)
+	upgradeNode(t, step, rs, last, newRel)
 	load.waitProgress(t, step, 50)
 	checkStep(t, step, rs)
-	out, _, code = rangealloc(t, "http://"+rs[0].http, "cluster")
-	require.Equal(t, 0, code, "%s: rangealloc cluster", step)
-	require.Contains(t, out, "run rangealloc cluster finalize-upgrade", "%s: rangealloc cluster says every member can go further", step)
-	require.NotContains(t, out, "UNREACHABLE", step)
+	if !assert.Eventually(t, func() bool {
+		out, _, code = rangealloc(t, "http://"+rs[0].http, "cluster")
+		return code == 0 && strings.Contains(out, "run rangealloc cluster finalize-upgrade")
+	}, 20*time.Second, 200*time.Millisecond, "%s: rangealloc cluster says every member can go further", step) {
+		t.Fatalf("%s: the last answer of rangealloc cluster:\n%s", step, out)
+	}
 
 	// Step 4: roll a follower back to the previous release. It reads what
 	// the new nodes wrote and sent, and runs under load.
 	step = "step 4 (a node rolled back)"
 	back := followerOf(rs, leaderOf(t, step, rs), relNew)
-	upgradeNode(t, step, rs, back, oldBin, relOld)
+	upgradeNode(t, step, rs, back, oldRel)
 	observeMix(t, step, rs, load, mixes)
 	load.waitProgress(t, step, 100)
 	checkStep(t, step, rs)
 
 	// Step 5: upgrade it again and finalize.
 	step = "step 5 (the rolled-back node upgraded again)"
-	upgradeNode(t, step, rs, back, binary, relNew)
+	upgradeNode(t, step, rs, back, newRel)
 	load.waitProgress(t, step, 50)
 	checkStep(t, step, rs)
 	out, stderr, code = rangealloc(t, "http://"+back.http, "cluster", "finalize-upgrade")
@@ -645,20 +662,15 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	n4 := &relNode{proc: &proc{id: "n4", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n4")}}
 	n4.args = []string{"--join", leaderOf(t, step, rs).http, "--non-voter"}
 	n4.cleanup(t)
-	n4.run(t, binary, relNew)
+	n4.run(t, newRel)
 	waitReady(t, n4.proc)
-	load.waitProgress(t, step, 50)
+	waitHealthy(t, step, rs, n4, newRel)
+	load.waitProgress(t, step, 100) // a member that may vote would be promoted by now
 	st, err := leaderOf(t, step, rs).client().Cluster(ctxE(t))
 	require.NoError(t, err)
-	var found bool
-	for _, m := range st.Members {
-		if m.ID == n4.id {
-			found = true
-			require.False(t, m.Voter, "%s: n4 joined with --non-voter stays a non-voter", step)
-			require.True(t, m.Healthy, "%s: n4 has caught up", step)
-		}
-	}
-	require.True(t, found, "%s: n4 is a member: %+v", step, st.Members)
+	i := slices.IndexFunc(st.Members, func(m types.ClusterMember) bool { return m.ID == n4.id })
+	require.NotEqual(t, -1, i, "%s: n4 is a member: %+v", step, st.Members)
+	require.False(t, st.Members[i].Voter, "%s: n4, joined with --non-voter, stays a non-voter", step)
 
 	// The end: every acknowledged write holds, the replicas agree, and no
 	// process ended on its own.
@@ -674,11 +686,11 @@ func TestE2ERollingUpgrade(t *testing.T) {
 }
 
 // upgradeNode stops r, scans its disk if it ran the previous release,
-// starts bin (of release rel) on its data directory with its flags, and
-// waits until it is ready and the cluster has a leader.
-func upgradeNode(t *testing.T, step string, rs []*relNode, r *relNode, bin, rel string) {
+// starts the binary of release to on its data directory with its flags,
+// and waits until it is ready and the cluster shows it healthy.
+func upgradeNode(t *testing.T, step string, rs []*relNode, r *relNode, to release) {
 	t.Helper()
-	t.Logf("%s: %s from the %s release to the %s", step, r.id, r.rel(), rel)
+	t.Logf("%s: %s from the %s release to the %s", step, r.id, r.rel(), to.name)
 	wasOld := r.rel() == relOld
 	if wasOld {
 		r.waitNewSnapshot(t, step) // so that the scan below sees one of this process's
@@ -689,10 +701,41 @@ func upgradeNode(t *testing.T, step string, rs []*relNode, r *relNode, bin, rel 
 		requireReadableByOld(t, fmt.Sprintf("%s: %s, on the previous release until now", step, r.id), s)
 		t.Logf("%s: %s held %d requests in %d log entries, snapshot formats %v", step, r.id, s.requests, s.commands, s.formats)
 	}
-	r.run(t, bin, rel)
+	r.run(t, to)
 	waitReady(t, r.proc)
-	leaderOf(t, step, rs)
+	waitHealthy(t, step, rs, r, to)
 	requireAllRunning(t, step, rs)
+}
+
+// waitHealthy waits until the leader, asked with rangealloc cluster, shows
+// r healthy and running release rl: until then it may still show what it
+// heard from r's previous process. A leader of the previous release
+// reports no health; /readyz is then the only check.
+func waitHealthy(t *testing.T, step string, rs []*relNode, r *relNode, rl release) {
+	t.Helper()
+	leader := leaderOf(t, step, rs)
+	if leader.rel() == relOld {
+		return
+	}
+	var out string
+	healthy := assert.Eventually(t, func() bool {
+		var code int
+		out, _, code = rangealloc(t, "http://"+leader.http, "cluster", "-o", "json")
+		var st types.ClusterStatus
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ID == r.id {
+				return m.HealthKnown && m.Reachable && m.Healthy && m.Version == rl.version && m.FeatureLevel == rl.level
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "%s: rangealloc cluster through the leader %s shows %s healthy on the %s release",
+		step, leader.id, r.id, rl.name)
+	if !healthy {
+		t.Fatalf("%s: the last answer of rangealloc cluster -o json:\n%s", step, out)
+	}
 }
 
 // checkStep requires every member to run, the cluster to stay at feature
