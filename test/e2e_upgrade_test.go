@@ -345,16 +345,36 @@ func scanDisk(t *testing.T, dir string) diskScan {
 			}
 		}
 	}
-	snaps, err := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	s.formats, err = snapshotFormats(dir)
 	require.NoError(t, err)
-	for _, f := range snaps {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, len(b), 12, "%s holds a header", f)
-		require.Equal(t, "\x89RAS\r\n\x1a\n", string(b[:8]), "%s starts with the snapshot magic", f)
-		s.formats = append(s.formats, binenc.BigEndian.Uint32(b[8:12]))
-	}
 	return s
+}
+
+// snapshotFormats returns the format version of each complete snapshot in
+// a node's data directory (one being written is in a ".tmp" directory; one
+// removed meanwhile is left out).
+func snapshotFormats(dir string) ([]uint32, error) {
+	snaps, err := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	if err != nil {
+		return nil, err
+	}
+	var formats []uint32
+	for _, f := range snaps {
+		if strings.HasSuffix(filepath.Dir(f), ".tmp") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return nil, err
+		case len(b) < 12 || string(b[:8]) != "\x89RAS\r\n\x1a\n":
+			return nil, fmt.Errorf("%s: no snapshot header", f)
+		}
+		formats = append(formats, binenc.BigEndian.Uint32(b[8:12]))
+	}
+	return formats, nil
 }
 
 // requireReadableByOld fails unless a node of the previous release could
@@ -656,6 +676,13 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	}
 	_, stderr, code = rangealloc(t, "http://"+rs[0].http, "cluster", "finalize-upgrade")
 	require.Equal(t, 0, code, "finalize-upgrade again changes nothing: %s", stderr)
+	for _, r := range rs {
+		require.Eventually(t, func() bool {
+			formats, err := snapshotFormats(r.dir)
+			return err == nil && slices.Contains(formats, 4)
+		}, 30*time.Second, 100*time.Millisecond,
+			"after finalize: %s writes a snapshot of format 4", r.id)
+	}
 
 	// A level-2 feature: a member kept a non-voter.
 	step = "after finalize"
