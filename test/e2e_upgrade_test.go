@@ -585,12 +585,14 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 // follower), then the leader (a new leader with an old follower), then the
 // last. With all three new, one is rolled back to the previous release and
 // must run; then it is upgraded again and the upgrade finalized. At every
-// step no node stops, the cluster stays at feature level 1 and
-// finalize-upgrade is refused while an old node remains, and each old node,
-// once stopped, holds nothing its release cannot read. After the
-// finalize, every node reports level 2 and a member kept a non-voter (a
-// level-2 entry) joins. No acknowledged write is lost, no value has two
-// owners, and every node holds the same RangeAllocations.
+// step no node stops, each restarted node is ready and (under a new
+// leader) shown healthy on its release, the cluster stays at feature level
+// 1 and refuses a level-2 request (a member kept a non-voter), and
+// finalize-upgrade is refused while an old node remains, naming it; each
+// old node, once stopped, holds nothing its release cannot read. After the
+// finalize, every node reports level 2 and writes snapshots of format 4,
+// and a member kept a non-voter joins. No acknowledged write is lost, no
+// value has two owners, and every node holds the same RangeAllocations.
 func TestE2ERollingUpgrade(t *testing.T) {
 	oldRel := release{name: relOld, bin: buildPrevious(t, t.TempDir())}
 	_, _, code := runBin(t, oldRel.bin, "version")
