@@ -44,10 +44,34 @@ func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
 // the cluster's: it names them. After it, no member can go back to an
 // older release.
 func (n *Node) FinalizeUpgrade(ctx context.Context) error {
+	if !n.IsLeader() {
+		// Ask the members from here first: a leader of an older release
+		// has no finalize to run, and this node can name who holds the
+		// level back.
+		if _, _, err := n.planRaise(ctx); err != nil {
+			return err
+		}
+	}
 	return n.onLeader(ctx, "FinalizeUpgrade", 0, nil, func() error {
 		_, err := n.raiseFeatureLevel(ctx)
 		return err
 	})
+}
+
+// planRaise returns the cluster's level and the level every member
+// supports, or why the level stays: a silent member, or one whose release
+// supports no higher level than the cluster's.
+func (n *Node) planRaise(ctx context.Context) (cur, target int, err error) {
+	cur = n.fsm.FeatureLevel()
+	target, behind, err := n.commonLevel(ctx)
+	if err != nil {
+		return cur, cur, err
+	}
+	if target <= cur && cur < n.maxFeatureLevel() {
+		return cur, cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
+			"the cluster stays at feature level %d: members %s support no higher level; upgrade them first", cur, strings.Join(behind, ", "))}
+	}
+	return cur, max(cur, target), nil
 }
 
 // raiseFeatureLevel, on the leader, raises the level to what every member
@@ -55,18 +79,9 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) error {
 func (n *Node) raiseFeatureLevel(ctx context.Context) (int, error) {
 	n.memberMu.Lock()
 	defer n.memberMu.Unlock()
-	cur := n.fsm.FeatureLevel()
-	target, behind, err := n.commonLevel(ctx)
-	if err != nil {
-		return cur, err
-	}
-	switch {
-	case target > cur:
-	case cur >= n.maxFeatureLevel():
-		return cur, nil // nothing newer to finalize
-	default:
-		return cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
-			"the cluster stays at feature level %d: members %s support no higher level; upgrade them first", cur, strings.Join(behind, ", "))}
+	cur, target, err := n.planRaise(ctx)
+	if err != nil || target == cur {
+		return cur, err // an error, or nothing newer to finalize
 	}
 	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetFeatureLevel, FeatureLevel: uint64(target)})
 	if err != nil {
