@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/internal/human"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/version"
 )
@@ -202,7 +203,7 @@ func toMemberView(m node.Member) memberView {
 		v.FeatureLevel = strconv.Itoa(m.FeatureLevel)
 	}
 	if m.DiskFree > 0 {
-		v.DiskFree = humanBytes(m.DiskFree)
+		v.DiskFree = human.Bytes(m.DiskFree)
 	}
 	v.DiskLow = m.DiskLow
 	return v
@@ -240,20 +241,6 @@ func thousands(n int) string {
 		s = "-" + s
 	}
 	return s
-}
-
-// humanBytes prints a byte count in binary units: 512 B, 3.2 GiB.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // renderHTML executes a template into a buffer first, so that a failure

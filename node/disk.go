@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/human"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
@@ -126,9 +127,9 @@ func (n *Node) checkDisk() {
 		switch was := d.low.Swap(low); {
 		case low && !was:
 			n.logger.Warn("disk low: refusing client writes until space returns", "dir", n.cfg.DataDir,
-				"free", sizeString(free), "min_free_disk", sizeString(n.cfg.MinFreeDisk))
+				"free", human.Bytes(free), "min_free_disk", human.Bytes(n.cfg.MinFreeDisk))
 		case !low && was:
-			n.logger.Info("disk has space again: taking client writes", "free", sizeString(free))
+			n.logger.Info("disk has space again: taking client writes", "free", human.Bytes(free))
 		}
 	}
 	d.logBytes.Store(fileSize(filepath.Join(n.cfg.DataDir, boltFile)))
@@ -164,7 +165,7 @@ func (n *Node) diskLowError() *fsm.Error {
 	}
 	return &fsm.Error{Code: fsm.CodeInsufficientStorage, Op: -1, Message: fmt.Sprintf(
 		"node %s has %s (%d bytes) free on the file system of its data dir %s, below its floor of %s (--min-free-disk): it refuses client writes until space returns; nothing was applied",
-		n.id, sizeString(d.free.Load()), d.free.Load(), n.cfg.DataDir, sizeString(n.cfg.MinFreeDisk))}
+		n.id, human.Bytes(d.free.Load()), d.free.Load(), n.cfg.DataDir, human.Bytes(n.cfg.MinFreeDisk))}
 }
 
 // refuseForDisk returns the refusal of req, a client write, while this
@@ -187,10 +188,10 @@ func (n *Node) handOffForDisk() {
 	to, ok := n.voterWithSpace()
 	if !ok {
 		n.logger.Warn("disk low and no other voter with space answers: keeping leadership, refusing client writes",
-			"free", sizeString(d.free.Load()), "min_free_disk", sizeString(n.cfg.MinFreeDisk))
+			"free", human.Bytes(d.free.Load()), "min_free_disk", human.Bytes(n.cfg.MinFreeDisk))
 		return
 	}
-	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", sizeString(d.free.Load()))
+	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", human.Bytes(d.free.Load()))
 	if err := n.raft.LeadershipTransferToServer(to.ID, to.Address).Error(); err != nil {
 		n.logger.Warn("leadership hand-off for disk space failed", "to", to.ID, "error", err)
 	}
@@ -258,20 +259,6 @@ func treeSize(dir string) uint64 {
 		return nil
 	})
 	return total
-}
-
-// sizeString writes bytes for people: 1536 is "1.5 KiB".
-func sizeString(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for m := b / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
 
 // refusedForDisk tells whether res is a refusal for want of space (of

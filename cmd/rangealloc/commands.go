@@ -12,6 +12,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/internal/human"
 	"github.com/spf13/cobra"
 )
 
@@ -256,7 +257,7 @@ func clusterTable(tw *tabwriter.Writer, st api.ClusterStatus) {
 		}
 		disk := "-"
 		if m.DiskFreeBytes > 0 {
-			disk = humanBytes(m.DiskFreeBytes)
+			disk = human.Bytes(m.DiskFreeBytes)
 			if m.DiskLow {
 				disk += " LOW"
 			}
@@ -280,20 +281,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// humanBytes writes n in the largest binary unit that keeps it at 1 or more.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func newClusterCmd(g *globals) *cobra.Command {
