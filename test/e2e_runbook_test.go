@@ -173,3 +173,26 @@ func TestE2ERunbookInstallAndReplace(t *testing.T) {
 		assert.Equal(t, owner, a.Owner, "acknowledged %s", v)
 	}
 }
+
+// TestE2ELifecycleFlags: bad lifecycle flags stop the server before it
+// starts, naming the flag.
+func TestE2ELifecycleFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--non-voter"}, "Error: --non-voter: only a node that joins with --join can stay a non-voter"},
+		{[]string{"--cleanup-dead-after", "5s"}, "Error: --cleanup-dead-after 5s: want 0 (never) or at least 10s"},
+		{[]string{"--cleanup-dead-after", "-1s"}, "Error: --cleanup-dead-after -1s: want 0 (never) or at least 10s"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"server", "--data-dir", dir, "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
+			_, stderr, code := rangealloc(t, "http://127.0.0.1:1", args...)
+			assert.Equal(t, 1, code, stderr)
+			assert.Contains(t, stderr, tc.want)
+			_, err := os.Stat(filepath.Join(dir, "raft.db"))
+			assert.True(t, os.IsNotExist(err), "nothing written")
+		})
+	}
+}

@@ -205,3 +205,20 @@ func TestNonvoterIsNotPromoted(t *testing.T) {
 	assert.True(t, row.Nonvoter)
 	_ = voter
 }
+
+// TestNonvoterJoinRefusedByOlderMember: a node that asks to stay a
+// non-voter does not join through a member whose release cannot keep the
+// mark (it would drop it, and the node would be promoted): it refuses to
+// start, and the configuration is unchanged.
+func TestNonvoterJoinRefusedByOlderMember(t *testing.T) {
+	c := cluster.New(t, 1, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.MaxFeatureLevel = 1 }})
+	l := waitPools(t, c)
+	before, err := l.Node.Cluster()
+	require.NoError(t, err)
+	_, err = c.TryAdd(func(cfg *node.Config) { cfg.Nonvoter = true })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--non-voter: the member at "+l.Addr)
+	after, err := l.Node.Cluster()
+	require.NoError(t, err)
+	assert.Equal(t, membership(before), membership(after))
+}
