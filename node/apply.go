@@ -14,8 +14,9 @@ import (
 
 // proposal is one request waiting for the leader's group commit.
 type proposal struct {
-	req  *fsm.Request
-	done chan outcome // buffered 1
+	req    *fsm.Request
+	done   chan outcome // buffered 1
+	queued time.Time    // when it reached the group commit
 }
 
 // outcome is what became of a proposal: a result, or an error that is
@@ -24,6 +25,7 @@ type outcome struct {
 	res      *fsm.Result
 	err      error
 	definite bool
+	resolved time.Time // when resolveLoop answered it (zero otherwise)
 }
 
 // inflight is one log entry handed to Raft, with the proposals it carries.
@@ -88,19 +90,37 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 
 // propose hands a request to this leader's group commit and waits for it.
 func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
-	if err := checkKindLevel(req.Kind, n.fsm.FeatureLevel()); err != nil {
-		return outcome{res: &fsm.Result{Err: err}}
+	p, o := n.enqueue(ctx, req)
+	if p == nil {
+		return o
 	}
-	p := &proposal{req: req, done: make(chan outcome, 1)}
+	return n.await(ctx, p)
+}
+
+// enqueue hands a request to the group commit. A nil proposal comes with
+// the outcome that refused it, definite.
+func (n *Node) enqueue(ctx context.Context, req *fsm.Request) (*proposal, outcome) {
+	if err := checkKindLevel(req.Kind, n.fsm.FeatureLevel()); err != nil {
+		return nil, outcome{res: &fsm.Result{Err: err}}
+	}
+	p := &proposal{req: req, done: make(chan outcome, 1), queued: time.Now()}
 	select {
 	case n.proposals <- p:
+		return p, outcome{}
 	case <-ctx.Done():
-		return outcome{err: ctx.Err(), definite: true}
+		return nil, outcome{err: ctx.Err(), definite: true}
 	case <-n.shutdown:
-		return outcome{err: ErrClosed, definite: true}
+		return nil, outcome{err: ErrClosed, definite: true}
 	}
+}
+
+// await waits for an enqueued proposal's outcome.
+func (n *Node) await(ctx context.Context, p *proposal) outcome {
 	select {
 	case o := <-p.done:
+		if !o.resolved.IsZero() {
+			since(keyAnswer, o.resolved)
+		}
 		return o
 	case <-ctx.Done():
 		return outcome{err: ctx.Err()}
@@ -137,6 +157,7 @@ func (n *Node) batchLoop() {
 			reqs[i] = p.req
 		}
 		start := time.Now()
+		since(keyQueue, batch[0].queued)
 		f := n.raft.Apply(fsm.EncodeBatch(reqs), 0)
 		select {
 		case n.inflight <- &inflight{future: f, batch: batch, start: start}:
@@ -202,6 +223,8 @@ func (n *Node) resolveLoop() {
 		case in = <-n.inflight:
 		}
 		err := in.future.Error()
+		resolved := time.Now()
+		since(keyRaft, in.start)
 		// With one entry in flight (the default), batchLoop waits for the
 		// slot freed below, so the requests that reached this leader and
 		// are in no entry are in n.proposals now. It is still an estimate:
@@ -228,7 +251,7 @@ func (n *Node) resolveLoop() {
 			continue
 		}
 		for i, p := range in.batch {
-			p.done <- outcome{res: resp.Results[i]}
+			p.done <- outcome{res: resp.Results[i], resolved: resolved}
 		}
 		if n.cfg.OnCommit != nil {
 			n.cfg.OnCommit(len(in.batch), time.Since(in.start))

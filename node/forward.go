@@ -129,25 +129,9 @@ var errLeaderMoved = errors.New("abandoned: this node learned of a new leader wh
 // off by a firewall that drops packets would wait out the caller's whole
 // deadline, though a new leader serves within an election timeout.
 func (f *forwarder) call(ctx context.Context, addr, method string, args, reply any, moved func() bool) (sent bool, err error) {
-	c, err := f.client(addr)
+	p, err := f.send(addr, method, args, reply)
 	if err != nil {
 		return false, err
-	}
-	arrived := c.arrived.Load()
-	closedBefore := c.closed.Load()
-	call := c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
-	// net/rpc answers ErrShutdown in two cases: Go refused the call because
-	// the client was already shut (nothing sent), or a local Close ended
-	// the call after it was written (maybe applied). A first look right
-	// after Go tells them apart only when no local Close can be involved:
-	// one had finished before Go (it refused), or none has begun even now
-	// (the client was shut by a broken connection, and refused). Any other
-	// ErrShutdown is an unknown outcome.
-	select {
-	case done := <-call.Done:
-		refused := errors.Is(done.Error, rpc.ErrShutdown) && (closedBefore || !c.closing.Load())
-		return f.finish(addr, c, done, !refused)
-	default:
 	}
 	var poll <-chan time.Time
 	if moved != nil {
@@ -157,18 +141,52 @@ func (f *forwarder) call(ctx context.Context, addr, method string, args, reply a
 	}
 	for {
 		select {
-		case done := <-call.Done:
-			return f.finish(addr, c, done, true)
+		case done := <-p.call.Done:
+			return f.finish(addr, p.c, done, !p.refused)
 		case <-ctx.Done():
-			f.abandon(addr, c, arrived)
+			f.abandon(addr, p.c, p.arrived)
 			return true, ctx.Err()
 		case <-poll:
 			if moved() {
-				f.abandon(addr, c, arrived)
+				f.abandon(addr, p.c, p.arrived)
 				return true, errLeaderMoved
 			}
 		}
 	}
+}
+
+// pending is an RPC sent on a leader's client.
+type pending struct {
+	c       *rpcClient
+	arrived uint64 // c.arrived when it was sent (see abandon)
+	call    *rpc.Call
+	refused bool // net/rpc refused it on a client already shut: not sent
+}
+
+// send starts an RPC on the client of addr. An error means nothing was
+// sent.
+func (f *forwarder) send(addr, method string, args, reply any) (*pending, error) {
+	c, err := f.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &pending{c: c, arrived: c.arrived.Load()}
+	closedBefore := c.closed.Load()
+	p.call = c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
+	// net/rpc answers ErrShutdown in two cases: Go refused the call because
+	// the client was already shut (nothing sent), or a local Close ended
+	// the call after it was written (maybe applied). A first look right
+	// after Go tells them apart only when no local Close can be involved:
+	// one had finished before Go (it refused), or none has begun even now
+	// (the client was shut by a broken connection, and refused). Any other
+	// ErrShutdown is an unknown outcome.
+	select {
+	case done := <-p.call.Done:
+		p.refused = errors.Is(done.Error, rpc.ErrShutdown) && (closedBefore || !c.closing.Load())
+		p.call.Done <- done // buffered 1, and now empty
+	default:
+	}
+	return p, nil
 }
 
 // abandon leaves a call in flight. When nothing arrived on the client's
@@ -251,22 +269,17 @@ func fromWireErr(w *wireErr) error {
 	return fmt.Errorf("%w: leader: %s", ErrUnknownOutcome, w.Msg)
 }
 
-// forwardSubmit proposes a request through the leader at addr.
-func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
+// forwardSubmitOne proposes a request through the leader at addr in a
+// call of its own: for a leader of a release without SubmitBatch
+// (fwdbatch.go).
+func (n *Node) forwardSubmitOne(ctx context.Context, addr string, req *fsm.Request) outcome {
 	var reply submitReply
 	args := &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req}), Protocol: version.Protocol}
 	sent, err := n.fwd.call(ctx, addr, "Submit", args, &reply, n.leaderMoved(addr))
 	if err != nil {
 		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
 	}
-	if reply.Err != nil {
-		return outcome{err: fromWireErr(reply.Err), definite: reply.Err.NotLeader}
-	}
-	res, err := fsm.DecodeResult(reply.Result)
-	if err != nil {
-		return outcome{err: fmt.Errorf("leader %s sent an undecodable result: %w", addr, err)}
-	}
-	return outcome{res: res}
+	return submitOutcome(addr, &reply)
 }
 
 // forwardRead runs a read on the leader at addr.
@@ -399,6 +412,7 @@ func (s *rpcService) protocol(p int) *wireErr {
 
 // Submit proposes a forwarded request.
 func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
+	defer since(keyForwardServe, time.Now())
 	if reply.Err = s.member(); reply.Err != nil {
 		return nil
 	}
@@ -420,15 +434,7 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	o := s.n.propose(ctx, req)
-	switch {
-	case o.err == nil:
-		reply.Result = fsm.EncodeResult(o.res)
-	case o.definite:
-		reply.Err = &wireErr{NotLeader: true, Msg: o.err.Error()}
-	default:
-		reply.Err = &wireErr{Unknown: true, Msg: o.err.Error()}
-	}
+	s.answer(reply, s.n.propose(ctx, req))
 	return nil
 }
 

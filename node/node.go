@@ -35,6 +35,10 @@ type Node struct {
 	trans *raft.NetworkTransport
 	store *markedStore
 	fwd   *forwarder
+	// batchers queue the writes forwarded to each leader address
+	// (fwdbatch.go); fwdMu guards the map.
+	fwdMu    sync.Mutex
+	batchers map[string]*fwdBatcher
 	// probes carries Probe calls only, on connections that name no
 	// cluster, so that they reach nodes of other clusters too.
 	probes *forwarder
@@ -114,7 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
 		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
 		slots:  make(chan struct{}, cfg.MaxInflight),
-		notify: make(chan bool, 64), shutdown: make(chan struct{})}
+		notify: make(chan bool, 64), shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{}}
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)

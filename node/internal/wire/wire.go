@@ -154,3 +154,18 @@ type HealthReply struct {
 	FeatureLevel int
 	Err          *Error
 }
+
+// SubmitBatchArgs carries the requests waiting on a follower to the
+// leader in one call: Entry is fsm.EncodeBatch of them, the log entry form.
+type SubmitBatchArgs struct {
+	Entry    []byte
+	Protocol int
+}
+
+// SubmitBatchReply answers Node.SubmitBatch: Err refuses the whole call
+// (nothing was proposed); otherwise Results answers each request, in
+// order, as Node.Submit would have.
+type SubmitBatchReply struct {
+	Results []SubmitReply
+	Err     *Error
+}

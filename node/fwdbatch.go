@@ -1,0 +1,314 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	metrics "github.com/hashicorp/go-metrics/compat"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/rangealloc/rangealloc/version"
+)
+
+// A follower forwards its writes to the leader in batches, the way the
+// leader packs them into entries: one SubmitBatch call carries every
+// write waiting when the previous call to that leader came back, so a
+// busy follower makes one call, one gob envelope and two syscalls per
+// round instead of per write. A lone write is sent at once.
+//
+//	callers ─▶ queue ─▶ sender (one call in flight per leader) ─▶ leader
+//	   ▲                                                           │
+//	   └──────────────── each caller's own outcome ◀───────────────┘
+//
+// A caller still decides for itself when to give up, as with a single
+// call: on its deadline, or when this node learns of another leader. A
+// write given up before the sender took it was never sent (a definite
+// failure); one given up after is an unknown outcome, and its caller
+// retries with the same request ID. A leader of an older release has no
+// SubmitBatch: its followers send it one Submit per write.
+
+// maxForwardBatch bounds the writes one SubmitBatch carries; the leader
+// refuses more (a batch larger than the leader's MaxBatch still rides
+// several entries, answered when the last resolves).
+const maxForwardBatch = 1024
+
+// errNoBatch answers the writes of a batch sent to a leader without
+// SubmitBatch: nothing was proposed, and the caller sends them one by one.
+var errNoBatch = errors.New("the leader has no SubmitBatch")
+
+// fwdItem is one write waiting for, or riding, a forwarded batch.
+type fwdItem struct {
+	req  *fsm.Request
+	done chan outcome // buffered 1
+	// state and sent are guarded by the batcher's mu. sent is the call it
+	// rides once state is itemSent.
+	state itemState
+	sent  *pending
+}
+
+type itemState int
+
+const (
+	itemQueued    itemState = iota
+	itemSent                // taken by the sender, and sent
+	itemAbandoned           // given up by its caller before it was sent
+)
+
+// fwdBatcher queues the writes forwarded to one leader address and runs
+// a sender while any wait.
+type fwdBatcher struct {
+	n    *Node
+	addr string
+
+	mu sync.Mutex
+	// mu guards the following
+	queue   []*fwdItem
+	running bool // a sender goroutine runs
+	legacy  bool // the leader answered that it has no SubmitBatch
+}
+
+// batcher returns the batcher of a leader address.
+func (n *Node) batcher(addr string) *fwdBatcher {
+	n.fwdMu.Lock()
+	defer n.fwdMu.Unlock()
+	b := n.batchers[addr]
+	if b == nil {
+		b = &fwdBatcher{n: n, addr: addr}
+		n.batchers[addr] = b
+	}
+	return b
+}
+
+// forwardSubmit proposes a write through the leader at addr, batched
+// with the other writes this node forwards there.
+func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request) outcome {
+	start := time.Now()
+	defer since(keyForwardCall, start)
+	b := n.batcher(addr)
+	it := &fwdItem{req: req, done: make(chan outcome, 1)}
+	if !b.enqueue(it) {
+		return n.forwardSubmitOne(ctx, addr, req)
+	}
+	moved := n.leaderMoved(addr)
+	t := time.NewTicker(leaderPoll)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-it.done:
+			if errors.Is(o.err, errNoBatch) {
+				return n.forwardSubmitOne(ctx, addr, req)
+			}
+			return o
+		case <-ctx.Done():
+			return b.abandon(it, ctx.Err())
+		case <-t.C:
+			if moved() {
+				return b.abandon(it, errLeaderMoved)
+			}
+		}
+	}
+}
+
+// enqueue adds a write to the queue, starting the sender if none runs.
+// It returns false for a leader without SubmitBatch, or a closing node.
+func (b *fwdBatcher) enqueue(it *fwdItem) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.legacy {
+		return false
+	}
+	select {
+	case <-b.n.shutdown:
+		return false
+	default:
+	}
+	b.queue = append(b.queue, it)
+	if !b.running {
+		b.running = true
+		b.n.goFunc(b.run)
+	}
+	return true
+}
+
+// abandon gives up a write for its caller: definite if it was not sent,
+// unknown if it was. A sent write's client is dropped when nothing has
+// arrived on it since (forwarder.abandon).
+func (b *fwdBatcher) abandon(it *fwdItem, err error) outcome {
+	b.mu.Lock()
+	state, sent := it.state, it.sent
+	if state == itemQueued {
+		it.state = itemAbandoned
+	}
+	b.mu.Unlock()
+	err = fmt.Errorf("forward to leader %s: %w", b.addr, err)
+	if state == itemQueued {
+		return outcome{err: err, definite: true}
+	}
+	if sent != nil { // nil: taken by the sender, the call not yet started
+		b.n.fwd.abandon(b.addr, sent.c, sent.arrived)
+	}
+	return outcome{err: err}
+}
+
+// run sends the queue, one call at a time, until it is empty.
+func (b *fwdBatcher) run() {
+	for {
+		b.mu.Lock()
+		take := min(len(b.queue), maxForwardBatch)
+		batch := make([]*fwdItem, 0, take)
+		for _, it := range b.queue[:take] {
+			if it.state == itemQueued {
+				batch = append(batch, it)
+			}
+		}
+		rest := copy(b.queue, b.queue[take:])
+		clear(b.queue[rest:])
+		b.queue = b.queue[:rest]
+		if take == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		if len(batch) > 0 {
+			b.send(batch)
+		}
+	}
+}
+
+// send makes one SubmitBatch call for batch and answers each write.
+func (b *fwdBatcher) send(batch []*fwdItem) {
+	answer := func(o outcome) {
+		for _, it := range batch {
+			it.done <- o
+		}
+	}
+	reqs := make([]*fsm.Request, len(batch))
+	for i, it := range batch {
+		reqs[i] = it.req
+	}
+	args := &wire.SubmitBatchArgs{Entry: fsm.EncodeBatch(reqs), Protocol: version.Protocol}
+	var reply wire.SubmitBatchReply
+	// The writes count as sent from before the call starts: a caller that
+	// gives up meanwhile must not call its write unsent.
+	b.mu.Lock()
+	live := batch[:0]
+	for _, it := range batch {
+		if it.state == itemQueued {
+			it.state = itemSent
+			live = append(live, it)
+		}
+	}
+	batch = live
+	b.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	metrics.AddSample(keyForwardBatch, float32(len(batch)))
+	p, err := b.n.fwd.send(b.addr, "SubmitBatch", args, &reply)
+	if err != nil {
+		answer(outcome{err: fmt.Errorf("forward to leader %s: %w", b.addr, err), definite: true})
+		return
+	}
+	b.mu.Lock()
+	for _, it := range batch {
+		it.sent = p
+	}
+	b.mu.Unlock()
+	done := <-p.call.Done
+	if done.Error != nil && strings.Contains(done.Error.Error(), "rpc: can't find method") {
+		b.mu.Lock()
+		b.legacy = true
+		b.mu.Unlock()
+		answer(outcome{err: errNoBatch, definite: true})
+		return
+	}
+	if _, err := b.n.fwd.finish(b.addr, p.c, done, !p.refused); err != nil {
+		answer(outcome{err: fmt.Errorf("forward to leader %s: %w", b.addr, err), definite: p.refused})
+		return
+	}
+	if reply.Err != nil {
+		answer(outcome{err: fromWireErr(reply.Err), definite: reply.Err.NotLeader})
+		return
+	}
+	if len(reply.Results) != len(batch) {
+		answer(outcome{err: fmt.Errorf("leader %s answered %d of %d forwarded writes", b.addr, len(reply.Results), len(batch))})
+		return
+	}
+	for i, it := range batch {
+		it.done <- submitOutcome(b.addr, &reply.Results[i])
+	}
+}
+
+// submitOutcome reads a leader's answer to one forwarded write.
+func submitOutcome(addr string, reply *wire.SubmitReply) outcome {
+	if reply.Err != nil {
+		return outcome{err: fromWireErr(reply.Err), definite: reply.Err.NotLeader}
+	}
+	res, err := fsm.DecodeResult(reply.Result)
+	if err != nil {
+		return outcome{err: fmt.Errorf("leader %s sent an undecodable result: %w", addr, err)}
+	}
+	return outcome{res: res}
+}
+
+// SubmitBatch proposes the writes a follower forwards together. They go
+// to the group commit at once, so they share entries, and the reply
+// answers each as Submit would.
+func (s *rpcService) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatchReply) error {
+	defer since(keyForwardServe, time.Now())
+	if reply.Err = s.member(); reply.Err != nil {
+		return nil
+	}
+	if reply.Err = s.leaderOnly(); reply.Err != nil {
+		return nil
+	}
+	if reply.Err = s.protocol(args.Protocol); reply.Err != nil {
+		return nil
+	}
+	reqs, err := fsm.DecodeEntry(args.Entry)
+	if err != nil || len(reqs) == 0 || len(reqs) > maxForwardBatch {
+		reply.Err = &wireErr{Domain: &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"forwarded batch: want 1 to %d requests, got %d (%v)", maxForwardBatch, len(reqs), err)}}
+		return nil
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	reply.Results = make([]wire.SubmitReply, len(reqs))
+	props := make([]*proposal, len(reqs))
+	for i, req := range reqs {
+		if e := s.n.refuseForDisk(req); e != nil {
+			reply.Results[i].Result = fsm.EncodeResult(&fsm.Result{Err: e})
+			continue
+		}
+		p, o := s.n.enqueue(ctx, req)
+		if p == nil {
+			s.answer(&reply.Results[i], o)
+			continue
+		}
+		props[i] = p
+	}
+	for i, p := range props {
+		if p != nil {
+			s.answer(&reply.Results[i], s.n.await(ctx, p))
+		}
+	}
+	return nil
+}
+
+// answer puts a proposal's outcome in a forwarded write's reply.
+func (s *rpcService) answer(reply *wire.SubmitReply, o outcome) {
+	switch {
+	case o.err == nil:
+		reply.Result = fsm.EncodeResult(o.res)
+	case o.definite:
+		reply.Err = &wireErr{NotLeader: true, Msg: o.err.Error()}
+	default:
+		reply.Err = &wireErr{Unknown: true, Msg: o.err.Error()}
+	}
+}
