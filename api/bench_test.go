@@ -64,6 +64,7 @@ func BenchmarkCountJSON(b *testing.B) {
 		{"release-results/client-decode", len(resultsData), clientDecode(resultsData, func() any { return &TxnResults{} })},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
 			for b.Loop() {
 				if err := tc.run(); err != nil {
 					b.Fatal(err)
