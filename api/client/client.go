@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rangealloc/rangealloc/api/internal/wire"
 	"github.com/rangealloc/rangealloc/api/types"
 )
 
@@ -116,6 +117,21 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	case nil:
 	case *[]byte:
 		*o = data
+	case *types.AllocationList:
+		// The bulk answers in their plain form decode without reflection.
+		if wire.DecodeAllocationList(data, o) {
+			return meta, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
+	case *types.TxnResults:
+		if wire.DecodeTxnResults(data, o) {
+			return meta, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
 	default:
 		if err := json.Unmarshal(data, out); err != nil {
 			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
@@ -266,7 +282,9 @@ func (c *Client) Release(ctx context.Context, pool, value, owner string, o Optio
 // Txn applies operations all or nothing.
 func (c *Client) Txn(ctx context.Context, ops []types.TxnOp, o Options) ([]types.Allocation, error) {
 	var out types.TxnResults
-	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), jsonBody(types.TxnRequest{Ops: ops}), &out)
+	req := types.TxnRequest{Ops: ops}
+	body := wire.AppendTxnRequest(make([]byte, 0, wire.TxnRequestSize(&req)), &req)
+	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), bytes.NewReader(body), &out)
 	return out.Results, err
 }
 
