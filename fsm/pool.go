@@ -60,12 +60,27 @@ type pool struct {
 	name string
 	p    *allocator.Pool
 	recs records
+	// vf formats the range's values; made on first use.
+	vf *valueFormatter
 }
 
 func (p *pool) allocation(off int) Allocation {
+	return p.allocationValue(off, p.p.Range().Value(off))
+}
+
+// allocationValue is allocation with the value at off already formatted.
+func (p *pool) allocationValue(off int, value string) Allocation {
 	r := p.recs.get(off)
-	return Allocation{Pool: p.name, Value: p.p.Range().Value(off), Owner: r.owner, Static: r.static(),
+	return Allocation{Pool: p.name, Value: value, Owner: r.owner, Static: r.static(),
 		InStatic: off < p.p.Range().StaticSize(), Revision: r.revision()}
+}
+
+func (p *pool) formatter() *valueFormatter {
+	if p.vf == nil {
+		f := newValueFormatter(p.p.Range())
+		p.vf = &f
+	}
+	return p.vf
 }
 
 func (p *pool) take(off int, owner string, static bool, index uint64) {
