@@ -209,15 +209,21 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	if len(r.Ops) == 0 || len(r.Ops) > MaxOps {
 		return &Result{Err: errorf(CodeInvalidArgument, "a transaction takes 1 to %d operations, got %d", MaxOps, len(r.Ops))}
 	}
-	steps := 0
+	steps, singles := 0, 0
 	for i := range r.Ops {
 		steps += max(r.Ops[i].Count, 1)
+		if r.Ops[i].Kind != OpAllocate || r.Ops[i].Value != "" {
+			singles++
+		}
 	}
 	undos := make([]undo, 0, min(steps, MaxOps+MaxCount))
 	out := make([][]Allocation, len(r.Ops))
 	// ones backs the results of the operations that make one allocation
 	// each (releases, static allocations): one slice for all of them.
-	ones := make([]Allocation, 0, len(r.Ops))
+	var ones []Allocation
+	if singles > 0 {
+		ones = make([]Allocation, 0, singles)
+	}
 	rnd := r.Seed
 	for i := range r.Ops {
 		allocs, err := s.op(index, &r.Ops[i], &rnd, &undos, &ones)
@@ -231,8 +237,9 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	return &Result{Ops: out}
 }
 
-// one appends a to *ones, whose capacity the caller made enough, and
-// returns it as a slice of its own.
+// one appends a to *ones, whose capacity the caller made enough (append
+// would only copy it, never changing the results), and returns it as a
+// slice of its own.
 func one(ones *[]Allocation, a Allocation) []Allocation {
 	*ones = append(*ones, a)
 	n := len(*ones)
