@@ -116,7 +116,33 @@ func (s *scanner) object(field func(key []byte) uint) bool {
 	}
 }
 
-func (s *scanner) allocation(a, prev *types.Allocation) bool {
+// values gathers the values of a list, which a list does not share, into
+// one string: a span per element, then the string once the list is read.
+type values struct {
+	bytes []byte
+	spans [][2]int
+}
+
+// add records v as the value of the last element.
+func (vs *values) add(v []byte) {
+	start := len(vs.bytes)
+	vs.bytes = append(vs.bytes, v...)
+	vs.spans[len(vs.spans)-1] = [2]int{start, len(vs.bytes)}
+}
+
+// each calls set with every element's value, in order.
+func (vs *values) each(set func(i int, v string)) {
+	all := string(vs.bytes)
+	for i, sp := range vs.spans {
+		set(i, all[sp[0]:sp[1]])
+	}
+}
+
+func newValues(size int) values {
+	return values{bytes: make([]byte, 0, size*16), spans: make([][2]int, 0, size)}
+}
+
+func (s *scanner) allocation(a, prev *types.Allocation, vs *values) bool {
 	if !s.next('{') {
 		return false
 	}
@@ -133,7 +159,8 @@ func (s *scanner) allocation(a, prev *types.Allocation) bool {
 			}
 		case "value":
 			if v, ok = s.str(); ok {
-				a.Value, bit = string(v), 2
+				vs.add(v)
+				bit = 2
 			}
 		case "owner":
 			if v, ok = s.str(); ok {
@@ -168,14 +195,17 @@ func (s *scanner) allocations() ([]types.Allocation, bool) {
 		return out, true
 	}
 	var prev types.Allocation
+	vs := newValues(cap(out))
 	for {
 		out = append(out, types.Allocation{})
+		vs.spans = append(vs.spans, [2]int{})
 		a := &out[len(out)-1]
-		if !s.allocation(a, &prev) {
+		if !s.allocation(a, &prev, &vs) {
 			return nil, false
 		}
 		prev = *a
 		if s.next(']') {
+			vs.each(func(i int, v string) { out[i].Value = v })
 			return out, true
 		}
 		if !s.next(',') {
@@ -240,7 +270,7 @@ func DecodeTxnResults(data []byte, dst *types.TxnResults) bool {
 	return ok
 }
 
-func (s *scanner) txnOp(op, prev *types.TxnOp) bool {
+func (s *scanner) txnOp(op, prev *types.TxnOp, vs *values) bool {
 	if !s.next('{') {
 		return false
 	}
@@ -261,7 +291,8 @@ func (s *scanner) txnOp(op, prev *types.TxnOp) bool {
 			}
 		case "value":
 			if v, ok = s.str(); ok {
-				op.Value, bit = string(v), 4
+				vs.add(v)
+				bit = 4
 			}
 		case "owner":
 			if v, ok = s.str(); ok {
@@ -293,14 +324,17 @@ func DecodeTxnRequest(data []byte, dst *types.TxnRequest) bool {
 			return 1
 		}
 		var prev types.TxnOp
+		vs := newValues(cap(ops))
 		for {
 			ops = append(ops, types.TxnOp{})
+			vs.spans = append(vs.spans, [2]int{})
 			op := &ops[len(ops)-1]
-			if !s.txnOp(op, &prev) {
+			if !s.txnOp(op, &prev, &vs) {
 				return 0
 			}
 			prev = *op
 			if s.next(']') {
+				vs.each(func(i int, v string) { ops[i].Value = v })
 				r.Ops = ops
 				return 1
 			}
