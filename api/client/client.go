@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rangealloc/rangealloc/api/internal/wire"
@@ -102,7 +103,23 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	defer resp.Body.Close()
 	meta := Meta{Status: resp.StatusCode, ServedBy: resp.Header.Get("X-Rangealloc-Served-By"),
 		AppliedIndex: resp.Header.Get("X-Rangealloc-Applied-Index")}
-	data, err := io.ReadAll(resp.Body)
+	var data []byte
+	switch out.(type) {
+	case *types.AllocationList, *types.TxnResults:
+		// Their decoding copies what it keeps: the body is read into a
+		// pooled buffer, not a fresh one grown a dozen times.
+		buf := readBuffers.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer func() {
+			if buf.Cap() <= maxPooledRead {
+				readBuffers.Put(buf)
+			}
+		}()
+		_, err = buf.ReadFrom(resp.Body)
+		data = buf.Bytes()
+	default:
+		data, err = io.ReadAll(resp.Body)
+	}
 	if err != nil {
 		return meta, err
 	}
@@ -139,6 +156,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	}
 	return meta, nil
 }
+
+// readBuffers keeps the buffers bulk answers are read into.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledRead bounds the buffers readBuffers keeps.
+const maxPooledRead = 4 << 20
 
 func jsonBody(v any) io.Reader {
 	b, _ := json.Marshal(v)
