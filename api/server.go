@@ -320,7 +320,27 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 
 // decodeLimit is decode with a body limit of its own.
 func decodeLimit(w http.ResponseWriter, r *http.Request, v any, optional bool, limit int64) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var body []byte
+	var err error
+	if _, ok := v.(*TxnRequest); ok {
+		// A transaction's decoding copies what it keeps: its body, up to
+		// a few hundred KB, is read into a pooled buffer.
+		buf, _ := bodyBuffers.Get().(*[]byte)
+		if buf == nil {
+			buf = new([]byte)
+		}
+		b := bytes.NewBuffer((*buf)[:0])
+		_, err = b.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+		body = b.Bytes()
+		defer func() {
+			if cap(body) <= maxPooledBody {
+				*buf = body[:0]
+				bodyBuffers.Put(buf)
+			}
+		}()
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return err
