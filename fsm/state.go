@@ -274,7 +274,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo, ones *[]All
 			}
 			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
-		freed := p.allocationValue(off, p.formatter().value(off, op.Value))
+		freed := p.allocationRecord(off, rec, p.formatter().value(off, op.Value))
 		p.p.Bitmap().Release(off)
 		p.recs.set(off, record{})
 		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
@@ -305,9 +305,9 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo, ones *[]All
 	ends := s.valueEnds[:0]
 	for i := range out {
 		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
-		p.take(off, op.Owner, false, index)
+		rec := p.take(off, op.Owner, false, index)
 		*undos = append(*undos, undo{p: p, off: off})
-		out[i] = p.allocationValue(off, "")
+		out[i] = p.allocationRecord(off, rec, "")
 		buf = f.appendValue(buf, off)
 		ends = append(ends, len(buf))
 	}
