@@ -1,20 +1,29 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
+
+	"github.com/rangealloc/rangealloc/api/internal/wire"
 )
+
+// discard is a ResponseWriter that drops the body.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // BenchmarkCountJSON measures the JSON that one value of `rangealloc bench
 // --count 4096 --mix allocate=1,release=1` passes through, in the shapes of
 // SPEC §5 and the way each side handles it: the server encodes the count
-// allocation's answer (json.Encoder) and the client decodes it
-// (json.Unmarshal); the client encodes its release transaction
-// (json.Marshal) and the server decodes it strictly; the server encodes
-// the transaction's answer, an allocation per released value, and the
-// client decodes that. One op is one message of 4,096 values; ns/value is
+// allocation's answer (writeJSON) and the client decodes it (the wire
+// fast path, encoding/json for what it leaves); the client encodes its
+// release transaction and the server decodes it strictly (decodeBody);
+// the server encodes the transaction's answer, an allocation per released
+// value, and the client decodes that. One op is one message of 4,096 values; ns/value is
 // per value.
 func BenchmarkCountJSON(b *testing.B) {
 	const n = 4096
@@ -27,21 +36,24 @@ func BenchmarkCountJSON(b *testing.B) {
 	}
 	results := TxnResults{Results: list.Allocations}
 	serverEncode := func(v any) func() error {
-		var buf bytes.Buffer
-		return func() error { buf.Reset(); return json.NewEncoder(&buf).Encode(v) }
+		return func() error { writeJSON(discard{}, 200, v); return nil }
 	}
-	clientEncode := func(v any) func() error {
-		return func() error { _, err := json.Marshal(v); return err }
+	clientEncode := func(v TxnRequest) func() error {
+		return func() error { _ = wire.AppendTxnRequest(make([]byte, 0, wire.TxnRequestSize(&v)), &v); return nil }
 	}
-	serverDecode := func(data []byte, out func() any) func() error {
+	serverDecode := func(data []byte) func() error {
+		return func() error { var req TxnRequest; return decodeBody(data, &req, false) }
+	}
+	// clientDecode decodes as api/client does: the fast path, and
+	// encoding/json for what it leaves.
+	clientDecode := func(data []byte, fast func([]byte, any) bool, out func() any) func() error {
 		return func() error {
-			dec := json.NewDecoder(bytes.NewReader(data))
-			dec.DisallowUnknownFields()
-			return dec.Decode(out())
+			v := out()
+			if fast(data, v) {
+				return nil
+			}
+			return json.Unmarshal(data, v)
 		}
-	}
-	clientDecode := func(data []byte, out func() any) func() error {
-		return func() error { return json.Unmarshal(data, out()) }
 	}
 	mustMarshal := func(v any) []byte {
 		data, err := json.Marshal(v)
@@ -57,13 +69,16 @@ func BenchmarkCountJSON(b *testing.B) {
 		run  func() error
 	}{
 		{"allocations/server-encode", len(listData), serverEncode(list)},
-		{"allocations/client-decode", len(listData), clientDecode(listData, func() any { return &AllocationList{} })},
+		{"allocations/client-decode", len(listData), clientDecode(listData,
+			func(d []byte, v any) bool { return wire.DecodeAllocationList(d, v.(*AllocationList)) }, func() any { return &AllocationList{} })},
 		{"release-txn/client-encode", len(txnData), clientEncode(txn)},
-		{"release-txn/server-decode", len(txnData), serverDecode(txnData, func() any { return &TxnRequest{} })},
+		{"release-txn/server-decode", len(txnData), serverDecode(txnData)},
 		{"release-results/server-encode", len(resultsData), serverEncode(results)},
-		{"release-results/client-decode", len(resultsData), clientDecode(resultsData, func() any { return &TxnResults{} })},
+		{"release-results/client-decode", len(resultsData), clientDecode(resultsData,
+			func(d []byte, v any) bool { return wire.DecodeTxnResults(d, v.(*TxnResults)) }, func() any { return &TxnResults{} })},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
 			for b.Loop() {
 				if err := tc.run(); err != nil {
 					b.Fatal(err)

@@ -92,6 +92,56 @@ func (d *decoder) str(max int) string {
 	return s
 }
 
+// strLike is str, returning prev itself when the string equals it.
+func (d *decoder) strLike(max int, prev string) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
+		return ""
+	}
+	var s string
+	if !d.check {
+		if b := d.b[:n]; string(b) == prev {
+			s = prev
+		} else {
+			s = string(b)
+		}
+	}
+	d.b = d.b[n:]
+	return s
+}
+
+// sharedValuesFrom is the number of operations from which a transaction's
+// values are parts of one string (strShared).
+const sharedValuesFrom = 16
+
+// strShared is str for a decoder reading data: the string is a part of
+// *shared, data as a string, made on first use, instead of a copy of its
+// own.
+func (d *decoder) strShared(max int, data []byte, shared *string) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
+		return ""
+	}
+	var s string
+	if !d.check && n > 0 {
+		if *shared == "" {
+			*shared = string(data)
+		}
+		start := len(data) - len(d.b)
+		s = (*shared)[start : start+int(n)]
+	}
+	d.b = d.b[n:]
+	return s
+}
+
 func (d *decoder) bool() bool { return d.u8() != 0 }
 
 // count reads a count of items, each at least minSize bytes, bounded by max

@@ -321,15 +321,27 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 	}
 	n := d.count(maxRequests, 10)
 	reqs := make([]*Request, 0, n)
+	var shared string // data as a string, once a transaction needs it
 	for i := 0; i < n && d.err == nil; i++ {
 		r := &Request{Kind: Kind(d.u8()), ID: d.str(maxField), Seed: d.u64()}
 		switch r.Kind {
 		case KindTxn:
 			nops := d.count(MaxOps, 5)
 			r.Ops = make([]Op, nops)
+			// The operations of a large transaction name one pool and
+			// owner, which they share with the operation before, and
+			// values, which are parts of one copy of the entry (no
+			// operation's value outlives the apply).
+			var prev Op
 			for j := range r.Ops {
-				r.Ops[j] = Op{Kind: OpKind(d.u8()), Pool: d.str(maxField), Value: d.str(maxField),
-					Owner: d.str(maxField), Count: int(d.uvarint())}
+				op := Op{Kind: OpKind(d.u8()), Pool: d.strLike(maxField, prev.Pool)}
+				if nops >= sharedValuesFrom {
+					op.Value = d.strShared(maxField, data, &shared)
+				} else {
+					op.Value = d.str(maxField)
+				}
+				op.Owner, op.Count = d.strLike(maxField, prev.Owner), int(d.uvarint())
+				r.Ops[j], prev = op, op
 			}
 		case KindCreatePool, KindCreatePoolExclusive:
 			r.Pool, r.Range = d.str(maxField), d.str(maxField)

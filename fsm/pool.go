@@ -60,20 +60,42 @@ type pool struct {
 	name string
 	p    *allocator.Pool
 	recs records
+	// vf formats the range's values; made on first use.
+	vf *valueFormatter
 }
 
 func (p *pool) allocation(off int) Allocation {
-	r := p.recs.get(off)
-	return Allocation{Pool: p.name, Value: p.p.Range().Value(off), Owner: r.owner, Static: r.static(),
+	return p.allocationValue(off, p.p.Range().Value(off))
+}
+
+// allocationValue is allocation with the value at off already formatted.
+func (p *pool) allocationValue(off int, value string) Allocation {
+	return p.allocationRecord(off, p.recs.get(off), value)
+}
+
+// allocationRecord is allocationValue with the record at off already read.
+func (p *pool) allocationRecord(off int, r record, value string) Allocation {
+	return Allocation{Pool: p.name, Value: value, Owner: r.owner, Static: r.static(),
 		InStatic: off < p.p.Range().StaticSize(), Revision: r.revision()}
 }
 
-func (p *pool) take(off int, owner string, static bool, index uint64) {
+func (p *pool) formatter() *valueFormatter {
+	if p.vf == nil {
+		f := newValueFormatter(p.p.Range())
+		p.vf = &f
+	}
+	return p.vf
+}
+
+// take records an allocation at off, and returns its record.
+func (p *pool) take(off int, owner string, static bool, index uint64) record {
 	rev := index
 	if static {
 		rev |= staticBit
 	}
-	p.recs.set(off, record{owner: owner, rev: rev})
+	r := record{owner: owner, rev: rev}
+	p.recs.set(off, r)
+	return r
 }
 
 // offset translates a value, mapping allocator errors to result codes.

@@ -31,6 +31,10 @@ type state struct {
 	// featureLevel is the cluster's feature level (feature.go); 0 means
 	// none was recorded, which is level 1.
 	featureLevel uint64
+	// valueBuf and valueEnds are scratch space of count allocations,
+	// kept between entries.
+	valueBuf  []byte
+	valueEnds []int
 }
 
 func newState() *state {
@@ -205,11 +209,24 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	if len(r.Ops) == 0 || len(r.Ops) > MaxOps {
 		return &Result{Err: errorf(CodeInvalidArgument, "a transaction takes 1 to %d operations, got %d", MaxOps, len(r.Ops))}
 	}
-	undos := make([]undo, 0, len(r.Ops))
+	steps, singles := 0, 0
+	for i := range r.Ops {
+		steps += max(r.Ops[i].Count, 1)
+		if r.Ops[i].Kind != OpAllocate || r.Ops[i].Value != "" {
+			singles++
+		}
+	}
+	undos := make([]undo, 0, min(steps, MaxOps+MaxCount))
 	out := make([][]Allocation, len(r.Ops))
+	// ones backs the results of the operations that make one allocation
+	// each (releases, static allocations): one slice for all of them.
+	var ones []Allocation
+	if singles > 0 {
+		ones = make([]Allocation, 0, singles)
+	}
 	rnd := r.Seed
-	for i, op := range r.Ops {
-		allocs, err := s.op(index, &op, &rnd, &undos)
+	for i := range r.Ops {
+		allocs, err := s.op(index, &r.Ops[i], &rnd, &undos, &ones)
 		if err != nil {
 			revert(undos)
 			err.Op = i
@@ -220,7 +237,16 @@ func (s *state) txn(index uint64, r *Request) *Result {
 	return &Result{Ops: out}
 }
 
-func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocation, *Error) {
+// one appends a to *ones, whose capacity the caller made enough (append
+// would only copy it, never changing the results), and returns it as a
+// slice of its own.
+func one(ones *[]Allocation, a Allocation) []Allocation {
+	*ones = append(*ones, a)
+	n := len(*ones)
+	return (*ones)[n-1 : n : n]
+}
+
+func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo, ones *[]Allocation) ([]Allocation, *Error) {
 	if err := checkOp(op); err != nil {
 		return nil, err
 	}
@@ -248,11 +274,11 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocati
 			}
 			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
-		freed := p.allocation(off)
+		freed := p.allocationRecord(off, rec, p.formatter().value(off, op.Value))
 		p.p.Bitmap().Release(off)
 		p.recs.set(off, record{})
 		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
-		return []Allocation{freed}, nil
+		return one(ones, freed), nil
 	}
 	if op.Value != "" {
 		off, err := p.offset(op.Value)
@@ -265,19 +291,32 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo) ([]Allocati
 		}
 		p.take(off, op.Owner, true, index)
 		*undos = append(*undos, undo{p: p, off: off})
-		return []Allocation{p.allocation(off)}, nil
+		return one(ones, p.allocationValue(off, p.formatter().value(off, op.Value))), nil
 	}
 	n := max(op.Count, 1)
 	if p.p.Bitmap().Free() < n {
 		return nil, errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
 	}
-	out := make([]Allocation, 0, n)
-	for i := 0; i < n; i++ {
+	// The values are formatted into one buffer, then one string that
+	// every allocation's value is a part of.
+	out := make([]Allocation, n)
+	f := p.formatter()
+	buf := s.valueBuf[:0]
+	ends := s.valueEnds[:0]
+	for i := range out {
 		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
-		p.take(off, op.Owner, false, index)
+		rec := p.take(off, op.Owner, false, index)
 		*undos = append(*undos, undo{p: p, off: off})
-		out = append(out, p.allocation(off))
+		out[i] = p.allocationRecord(off, rec, "")
+		buf = f.appendValue(buf, off)
+		ends = append(ends, len(buf))
 	}
+	values, start := string(buf), 0
+	for i, end := range ends {
+		out[i].Value = values[start:end]
+		start = end
+	}
+	s.valueBuf, s.valueEnds = buf, ends
 	return out, nil
 }
 

@@ -13,8 +13,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/rangealloc/rangealloc/api/internal/wire"
 	"github.com/rangealloc/rangealloc/api/types"
 )
 
@@ -101,7 +103,23 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	defer resp.Body.Close()
 	meta := Meta{Status: resp.StatusCode, ServedBy: resp.Header.Get("X-Rangealloc-Served-By"),
 		AppliedIndex: resp.Header.Get("X-Rangealloc-Applied-Index")}
-	data, err := io.ReadAll(resp.Body)
+	var data []byte
+	switch out.(type) {
+	case *types.AllocationList, *types.TxnResults:
+		// Their decoding copies what it keeps: the body is read into a
+		// pooled buffer, not a fresh one grown a dozen times.
+		buf := readBuffers.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer func() {
+			if buf.Cap() <= maxPooledRead {
+				readBuffers.Put(buf)
+			}
+		}()
+		_, err = buf.ReadFrom(resp.Body)
+		data = buf.Bytes()
+	default:
+		data, err = io.ReadAll(resp.Body)
+	}
 	if err != nil {
 		return meta, err
 	}
@@ -116,6 +134,21 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	case nil:
 	case *[]byte:
 		*o = data
+	case *types.AllocationList:
+		// The bulk answers in their plain form decode without reflection.
+		if wire.DecodeAllocationList(data, o) {
+			return meta, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
+	case *types.TxnResults:
+		if wire.DecodeTxnResults(data, o) {
+			return meta, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
 	default:
 		if err := json.Unmarshal(data, out); err != nil {
 			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
@@ -123,6 +156,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 	}
 	return meta, nil
 }
+
+// readBuffers keeps the buffers bulk answers are read into.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledRead bounds the buffers readBuffers keeps.
+const maxPooledRead = 4 << 20
 
 func jsonBody(v any) io.Reader {
 	b, _ := json.Marshal(v)
@@ -266,7 +305,9 @@ func (c *Client) Release(ctx context.Context, pool, value, owner string, o Optio
 // Txn applies operations all or nothing.
 func (c *Client) Txn(ctx context.Context, ops []types.TxnOp, o Options) ([]types.Allocation, error) {
 	var out types.TxnResults
-	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), jsonBody(types.TxnRequest{Ops: ops}), &out)
+	req := types.TxnRequest{Ops: ops}
+	body := wire.AppendTxnRequest(make([]byte, 0, wire.TxnRequestSize(&req)), &req)
+	_, err := c.do(ctx, http.MethodPost, "/v1/txn", nil, o.header(), bytes.NewReader(body), &out)
 	return out.Results, err
 }
 

@@ -252,7 +252,10 @@ func benchOwner(i int) string { return fmt.Sprintf("bench-%d", i) }
 // benchClient issues operations until ctx ends and returns the values it
 // still holds.
 func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWeights, i int, rng *rand.Rand, st *benchStats) []string {
-	var held []string
+	var (
+		held []string
+		ops  []api.TxnOp
+	)
 	owner, total := benchOwner(i), mix.total()
 	for ctx.Err() == nil {
 		pick := rng.IntN(total)
@@ -282,9 +285,9 @@ func benchClient(ctx context.Context, c *client.Client, f *benchFlags, mix mixWe
 				j := rng.IntN(len(held))
 				held[j], held[len(held)-1] = held[len(held)-1], held[j]
 			}
-			ops := make([]api.TxnOp, k)
-			for j, v := range held[len(held)-k:] {
-				ops[j] = api.TxnOp{Op: "release", Pool: f.pool, Value: v, Owner: owner}
+			ops = ops[:0] // the previous transaction's, which the client does not keep
+			for _, v := range held[len(held)-k:] {
+				ops = append(ops, api.TxnOp{Op: "release", Pool: f.pool, Value: v, Owner: owner})
 			}
 			held = held[:len(held)-k]
 			if k == 1 {
