@@ -150,7 +150,7 @@ func BenchmarkCheckStorage(b *testing.B) {
 	logger := hclog.NewNullLogger()
 	b.Run("check", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := checkStorage(dir, logger); err != nil {
+			if _, err := checkStorage(dir, LogStoreBolt, logger); err != nil {
 				b.Fatal(err)
 			}
 		}
