@@ -61,7 +61,7 @@ func resolveLogStore(dir, want string, record bool) (string, error) {
 			return "", &StorageError{Path: path, Problem: fmt.Sprintf("names no log store (%q): want %q or %q", kept, LogStoreBolt, LogStoreWAL)}
 		}
 		if want != "" && want != kept {
-			return "", fmt.Errorf("%w: --log-store %s, but %s records %s: a data directory keeps the log store "+
+			return "", fmt.Errorf("refusing to start: %w: --log-store %s, but %s records %s: a data directory keeps the log store "+
 				"it was first used with; to move this node to %s, replace it (remove it from the cluster, delete "+
 				"the data directory, start it with --join and --log-store %s; docs/OPERATIONS.md, \"Choosing a log store\")",
 				ErrLogStoreMismatch, want, path, kept, want, want)
@@ -81,7 +81,7 @@ func resolveLogStore(dir, want string, record bool) (string, error) {
 		}
 	}
 	if found != "" && want != "" && want != found {
-		return "", fmt.Errorf("%w: --log-store %s, but %s holds a %s log store (%s absent): a data directory keeps the log store "+
+		return "", fmt.Errorf("refusing to start: %w: --log-store %s, but %s holds a %s log store (%s absent): a data directory keeps the log store "+
 			"it was first used with; to move this node to %s, replace it (docs/OPERATIONS.md, \"Choosing a log store\")",
 			ErrLogStoreMismatch, want, dir, found, path, want)
 	}

@@ -159,6 +159,7 @@ func TestLogStoreRecorded(t *testing.T) {
 			_, err = Open(ctx, cfg)
 			require.ErrorIs(t, err, ErrLogStoreMismatch)
 			assert.Contains(t, err.Error(), "--log-store "+other)
+			assert.Contains(t, err.Error(), "refusing to start")
 			assert.Contains(t, err.Error(), record+" records "+store)
 			assert.Equal(t, before, dirNames(t, cfg.DataDir), "a refusal changes nothing")
 

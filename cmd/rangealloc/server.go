@@ -232,6 +232,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if err := f.checkBackup(); err != nil {
 		return err
 	}
+	if f.logStore != "" && f.logStore != node.LogStoreBolt && f.logStore != node.LogStoreWAL {
+		return fmt.Errorf("--log-store %q: want %q or %q", f.logStore, node.LogStoreBolt, node.LogStoreWAL)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
 	open, err := f.sec.check(f.httpAddr, f.raftAddr)
 	if err != nil {

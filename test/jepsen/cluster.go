@@ -33,6 +33,8 @@ type Tuning struct {
 	SnapshotThreshold  int
 	SnapshotInterval   time.Duration
 	TrailingLogs       int
+	// LogStore is the servers' --log-store; empty leaves the default.
+	LogStore string
 }
 
 // DefaultTuning is the tuning of every run.
@@ -44,10 +46,14 @@ func DefaultTuning() Tuning {
 
 // args are the flags of the Raft tuning.
 func (t Tuning) args() []string {
-	return []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
+	args := []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
 		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
 		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
 		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
+	if t.LogStore != "" {
+		args = append(args, "--log-store", t.LogStore)
+	}
+	return args
 }
 
 // Cluster is three servers in a Lab.
