@@ -151,7 +151,14 @@ func TestStorageHealthyRestart(t *testing.T) {
 }
 
 func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
+	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { testStorageMarkerBeforeFirstWrite(t, store) })
+	}
+}
+
+func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 	cfg := testConfig(t, t.TempDir())
+	cfg.LogStore = store
 	cfg.Join = []string{freeAddr(t)} // never answers: the node stays without state
 	for i := 0; i < 2; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -163,6 +170,7 @@ func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
 	}
 
 	cfg = testConfig(t, t.TempDir())
+	cfg.LogStore = store
 	openReady(t, cfg)
 	assert.FileExists(t, filepath.Join(cfg.DataDir, markerFile), "bootstrapping wrote state, and the marker before it")
 }
