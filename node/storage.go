@@ -390,6 +390,16 @@ var (
 	_ raft.StableStore = (*markedStore)(nil)
 )
 
+// IsMonotonic passes on whether the store refuses a gap in the log
+// (raft-wal does; raft.db does not): Raft then deletes the whole log after
+// installing a snapshot instead of leaving a gap before the next entry.
+func (m *markedStore) IsMonotonic() bool {
+	s, ok := m.raftStore.(raft.MonotonicLogStore)
+	return ok && s.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = (*markedStore)(nil)
+
 func newMarkedStore(s raftStore, dir string, marked bool) *markedStore {
 	return &markedStore{raftStore: s, path: filepath.Join(dir, markerFile), done: marked}
 }

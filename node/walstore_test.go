@@ -237,3 +237,26 @@ func TestWALInUse(t *testing.T) {
 	assert.Contains(t, err.Error(), "in use")
 	assert.False(t, errors.Is(err, ErrStorage), "a running node is no damage")
 }
+
+// TestWALMonotonic: raft-wal refuses a gap in the log, so Raft must know
+// it (raft.MonotonicLogStore) through the marker wrapper and the log
+// cache, and delete the whole log after installing a snapshot instead of
+// leaving a gap that the next append would hit.
+func TestWALMonotonic(t *testing.T) {
+	dir := t.TempDir()
+	w, err := openWAL(dir, hclog.NewNullLogger())
+	require.NoError(t, err)
+	s := newMarkedStore(w, dir, false)
+	defer s.Close()
+	cache, err := raft.NewLogCache(16, s)
+	require.NoError(t, err)
+	assert.True(t, cache.IsMonotonic(), "the wal is monotonic, seen through the cache")
+	require.NoError(t, s.StoreLogs([]*raft.Log{{Index: 1, Term: 1}, {Index: 2, Term: 1}}))
+	assert.Error(t, s.StoreLog(&raft.Log{Index: 5, Term: 1}), "raft-wal refuses a gap")
+
+	b, err := openBolt(t.TempDir())
+	require.NoError(t, err)
+	bs := newMarkedStore(b, t.TempDir(), false)
+	defer bs.Close()
+	assert.False(t, bs.IsMonotonic(), "raft.db takes a gap")
+}
