@@ -42,6 +42,12 @@ type Config struct {
 	// directory. A choice that differs from the recorded one is refused:
 	// a data directory never changes store (replace the node instead).
 	LogStore string
+	// WALSegmentSize is the size of the wal store's segment files, in
+	// bytes; 0 means 16 MiB. Entries compacted away are deleted a whole
+	// segment at a time, and until then a leader still sends them to a
+	// follower that lags instead of a snapshot: tests make it small to
+	// exercise snapshot installs on the wal.
+	WALSegmentSize uint64
 	// RaftAddr is the TCP address to listen on for Raft and for the
 	// internal forwarding RPC (one port for both).
 	RaftAddr string
@@ -186,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validLogStore(c.LogStore); err != nil {
 		errs = append(errs, err)
+	}
+	if c.WALSegmentSize > 1<<30 {
+		errs = append(errs, fmt.Errorf("WALSegmentSize %d: at most 1 GiB", c.WALSegmentSize))
 	}
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		errs = append(errs, errors.New("ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS"))

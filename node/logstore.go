@@ -109,10 +109,10 @@ type raftStore interface {
 }
 
 // openLogStore opens dir's log store of the given kind. logger names
-// raft-wal's messages.
-func openLogStore(dir, store string, logger hclog.Logger) (raftStore, error) {
+// raft-wal's messages; segSize is its new segments' size (0: the default).
+func openLogStore(dir, store string, segSize uint64, logger hclog.Logger) (raftStore, error) {
 	if store == LogStoreWAL {
-		return openWAL(dir, logger)
+		return openWAL(dir, segSize, logger)
 	}
 	s, err := openBolt(dir)
 	if err != nil {

@@ -235,7 +235,7 @@ func (n *Node) inConfiguration(id string) (member, empty bool) {
 // state marker written before its first write) behind a log cache, and
 // the snapshot store keeping two snapshots.
 func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error) {
-	s, err := openLogStore(n.cfg.DataDir, n.logStore, n.logger)
+	s, err := openLogStore(n.cfg.DataDir, n.logStore, n.cfg.WALSegmentSize, n.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -120,7 +120,7 @@ func storageFloor(b *testing.B, store string) {
 func openStores3(b *testing.B, store string) [3]raftStore {
 	var stores [3]raftStore
 	for i := range stores {
-		s, err := openLogStore(b.TempDir(), store, hclog.NewNullLogger())
+		s, err := openLogStore(b.TempDir(), store, 0, hclog.NewNullLogger())
 		if err != nil {
 			b.Fatal(err)
 		}

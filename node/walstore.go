@@ -20,7 +20,7 @@ import (
 // The wal log store (LogStoreWAL) lives in <data-dir>/wal/:
 //
 //	wal-meta.db            bbolt: the list of segments, the term and the vote
-//	<base>-<id>.wal        segment files of walSegmentSize, preallocated
+//	<base>-<id>.wal        segment files of walSegmentSize (Config.WALSegmentSize), preallocated
 //
 // raft-wal appends a batch of entries and a commit frame carrying the
 // batch's CRC, then fsyncs once. On open it drops a tail batch whose CRC
@@ -38,7 +38,11 @@ const (
 // openWAL opens (creating it if need be) dir's wal store. raft-wal's
 // metadata file has no lock timeout, so a held lock is refused first
 // instead of waiting forever; a panic in raft-wal is a StorageError.
-func openWAL(dir string, logger hclog.Logger) (s *walStore, err error) {
+// segSize sizes new segments (0: walSegmentSize).
+func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err error) {
+	if segSize == 0 {
+		segSize = walSegmentSize
+	}
 	path := filepath.Join(dir, walDir)
 	if err := walInUse(dir); err != nil {
 		return nil, err
@@ -57,7 +61,7 @@ func openWAL(dir string, logger hclog.Logger) (s *walStore, err error) {
 		}
 	}()
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(path, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta))
+	w, err := wal.Open(path, wal.WithSegmentSize(int(segSize)), wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta))
 	if err != nil {
 		_ = meta.Close()
 		return nil, &StorageError{Path: path, Problem: "corrupt wal, it does not open: " + err.Error()}
@@ -151,7 +155,7 @@ func checkWAL(dir string, logger hclog.Logger) (term, first, last uint64, err er
 				"segment file cut short: %d bytes, but it is preallocated to %d", fi.Size(), si.SizeLimit)}
 		}
 	}
-	s, err := openWAL(dir, hclog.NewNullLogger())
+	s, err := openWAL(dir, 0, hclog.NewNullLogger())
 	if err != nil {
 		return 0, 0, 0, err
 	}

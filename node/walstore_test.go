@@ -207,7 +207,7 @@ func TestLogStoreValidate(t *testing.T) {
 // TestStoreAfterCloseWAL is TestStoreAfterClose over the wal.
 func TestStoreAfterCloseWAL(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, hclog.NewNullLogger())
+	w, err := openWAL(dir, 0, hclog.NewNullLogger())
 	require.NoError(t, err)
 	s := newMarkedStore(w, dir, false)
 	require.NoError(t, s.SetUint64(keyCurrentTerm, 3))
@@ -215,7 +215,7 @@ func TestStoreAfterCloseWAL(t *testing.T) {
 	require.NoError(t, s.Close())
 	assert.NoError(t, s.SetUint64(keyCurrentTerm, 4), "a term after Close is dropped")
 	assert.ErrorIs(t, s.StoreLog(&raft.Log{Index: 1, Term: 4}), errStoreClosed, "a log entry after Close fails")
-	w, err = openWAL(dir, hclog.NewNullLogger())
+	w, err = openWAL(dir, 0, hclog.NewNullLogger())
 	require.NoError(t, err)
 	defer w.Close()
 	term, err := w.GetUint64(keyCurrentTerm)
@@ -227,10 +227,10 @@ func TestStoreAfterCloseWAL(t *testing.T) {
 // and by recover's probe, instead of waiting on its lock forever.
 func TestWALInUse(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, hclog.NewNullLogger())
+	w, err := openWAL(dir, 0, hclog.NewNullLogger())
 	require.NoError(t, err)
 	defer w.Close()
-	_, err = openWAL(dir, hclog.NewNullLogger())
+	_, err = openWAL(dir, 0, hclog.NewNullLogger())
 	require.ErrorIs(t, err, errWALInUse)
 	err = notInUse(dir)
 	require.ErrorIs(t, err, ErrRecoverRefused)
@@ -244,7 +244,7 @@ func TestWALInUse(t *testing.T) {
 // leaving a gap that the next append would hit.
 func TestWALMonotonic(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, hclog.NewNullLogger())
+	w, err := openWAL(dir, 0, hclog.NewNullLogger())
 	require.NoError(t, err)
 	s := newMarkedStore(w, dir, false)
 	defer s.Close()

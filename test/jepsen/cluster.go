@@ -34,7 +34,12 @@ type Tuning struct {
 	SnapshotInterval   time.Duration
 	TrailingLogs       int
 	// LogStore is the servers' --log-store; empty leaves the default.
-	LogStore string
+	// With wal, WALSegmentSize is their --wal-segment-size: raft-wal
+	// drops compacted entries a whole segment at a time and still serves
+	// the rest, so with its default 16 MiB no follower would ever need a
+	// snapshot in a run.
+	LogStore       string
+	WALSegmentSize string
 }
 
 // DefaultTuning is the tuning of every run.
@@ -52,6 +57,9 @@ func (t Tuning) args() []string {
 		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
 	if t.LogStore != "" {
 		args = append(args, "--log-store", t.LogStore)
+	}
+	if t.LogStore == "wal" && t.WALSegmentSize != "" {
+		args = append(args, "--wal-segment-size", t.WALSegmentSize)
 	}
 	return args
 }

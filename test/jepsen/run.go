@@ -208,7 +208,7 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 		return nil, fmt.Errorf("the run's CA and tokens: %w", err)
 	}
 	tuning := DefaultTuning()
-	tuning.LogStore = o.LogStore
+	tuning.LogStore, tuning.WALSegmentSize = o.LogStore, "64KiB"
 	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, tuning, pools, sec)
 	if err != nil {
 		closeLab()
