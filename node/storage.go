@@ -70,7 +70,7 @@ func (e *StorageError) Is(target error) bool { return target == ErrStorage }
 // storageState is what checkStorage learned of a data directory.
 type storageState struct {
 	marked   bool // the state marker exists
-	hasState bool // raft.db or the snapshots hold Raft state
+	hasState bool // the log store or the snapshots hold Raft state
 }
 
 // checkStorage inspects dir, whose log store is store (LogStoreBolt or
