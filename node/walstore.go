@@ -55,15 +55,24 @@ func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err 
 			return nil, fmt.Errorf("sync %s: %w", dir, err)
 		}
 	}
+	meta := &metadb.BoltMetaDB{}
 	defer func() {
 		if r := recover(); r != nil {
+			_ = meta.Close()
 			s, err = nil, &StorageError{Path: path, Problem: fmt.Sprintf("corrupt wal: %v", r)}
 		}
 	}()
-	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(path, wal.WithSegmentSize(int(segSize)), wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta))
 	if err != nil {
 		_ = meta.Close()
+		// A file that cannot be read or written (permissions, a full or
+		// failing disk) is no damage to the wal; anything else it finds
+		// (a segment missing, a header or the metadata that does not
+		// match) is.
+		var pe *os.PathError
+		if errors.As(err, &pe) && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open the wal %s: %w", path, err)
+		}
 		return nil, &StorageError{Path: path, Problem: "corrupt wal, it does not open: " + err.Error()}
 	}
 	return &walStore{WAL: w, meta: meta}, nil
