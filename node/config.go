@@ -31,8 +31,23 @@ type Config struct {
 	// ID is the node's Raft server ID. Empty: read from DataDir/node-id, or
 	// generated once (a UUID) and kept there.
 	ID string
-	// DataDir holds the Raft log (raft.db), the snapshots and node-id.
+	// DataDir holds the Raft log store (raft.db or wal/), the snapshots
+	// and node-id.
 	DataDir string
+	// LogStore picks the Raft log and stable store: LogStoreBolt ("bolt",
+	// raft.db, a bbolt B+tree: two fsyncs per append) or LogStoreWAL
+	// ("wal", wal/, an append-only segmented log: one fsync per append).
+	// It is chosen when the data directory is first used and recorded in
+	// DataDir/log-store; empty means the recorded one, or bolt for a new
+	// directory. A choice that differs from the recorded one is refused:
+	// a data directory never changes store (replace the node instead).
+	LogStore string
+	// WALSegmentSize is the size of the wal store's segment files, in
+	// bytes; 0 means 16 MiB. Entries compacted away are deleted a whole
+	// segment at a time, and until then a leader still sends them to a
+	// follower that lags instead of a snapshot: tests make it small to
+	// exercise snapshot installs on the wal.
+	WALSegmentSize uint64
 	// RaftAddr is the TCP address to listen on for Raft and for the
 	// internal forwarding RPC (one port for both).
 	RaftAddr string
@@ -174,6 +189,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RaftAddr == "" {
 		errs = append(errs, errors.New("RaftAddr is empty"))
+	}
+	if err := validLogStore(c.LogStore); err != nil {
+		errs = append(errs, err)
+	}
+	if c.WALSegmentSize > 1<<30 {
+		errs = append(errs, fmt.Errorf("WALSegmentSize %d: at most 1 GiB", c.WALSegmentSize))
 	}
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		errs = append(errs, errors.New("ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS"))

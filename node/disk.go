@@ -49,7 +49,7 @@ type diskWatch struct {
 	known     atomic.Bool   // free was read at least once
 	low       atomic.Bool   // known, and free is below MinFreeDisk
 	failing   atomic.Bool   // the last read of free failed (logged once)
-	logBytes  atomic.Uint64 // size of raft.db
+	logBytes  atomic.Uint64 // size of the log store (raft.db or wal/)
 	snapBytes atomic.Uint64 // bytes of the files under snapshots/
 
 	// handedOff is when this node last tried to hand leadership away for
@@ -65,7 +65,7 @@ type DiskStats struct {
 	// Floor is Config.MinFreeDisk; Low is true while Free is below it.
 	Floor uint64
 	Low   bool
-	// RaftLogBytes is the size of raft.db, SnapshotBytes the bytes under
+	// RaftLogBytes is the size of the log store (raft.db or wal/), SnapshotBytes the bytes under
 	// snapshots/.
 	RaftLogBytes  uint64
 	SnapshotBytes uint64
@@ -132,7 +132,11 @@ func (n *Node) checkDisk() {
 			n.logger.Info("disk has space again: taking client writes", "free", human.Bytes(free))
 		}
 	}
-	d.logBytes.Store(fileSize(filepath.Join(n.cfg.DataDir, boltFile)))
+	if n.logStore == LogStoreWAL {
+		d.logBytes.Store(walSize(n.cfg.DataDir))
+	} else {
+		d.logBytes.Store(fileSize(filepath.Join(n.cfg.DataDir, boltFile)))
+	}
 	d.snapBytes.Store(treeSize(filepath.Join(n.cfg.DataDir, "snapshots")))
 }
 

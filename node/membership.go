@@ -86,7 +86,7 @@ func (n *Node) takePart(ctx context.Context) error {
 	if err := n.bootstrap(); err != nil {
 		return err
 	}
-	// raft.db holds state now, and says so; a founding marker left behind
+	// the log store holds state now, and says so; a founding marker left behind
 	// would let a later, partly emptied directory skip the questions.
 	if err := os.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", foundingFile, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/transport"
 )
@@ -29,12 +28,13 @@ type Node struct {
 	addr   string // advertised Raft address
 	logger hclog.Logger
 
-	fsm   *fsm.FSM
-	raft  *raft.Raft
-	mux   *transport.Mux
-	trans *raft.NetworkTransport
-	store *markedStore
-	fwd   *forwarder
+	fsm      *fsm.FSM
+	raft     *raft.Raft
+	mux      *transport.Mux
+	trans    *raft.NetworkTransport
+	store    *markedStore
+	logStore string // LogStoreBolt or LogStoreWAL, as the data directory records
+	fwd      *forwarder
 	// batchers queue the writes forwarded to each leader address
 	// (fwdbatch.go); fwdMu guards the map.
 	fwdMu    sync.Mutex
@@ -142,7 +142,10 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("advertise address %q: %w", n.addr, err)
 	}
-	disk, err := checkStorage(cfg.DataDir, n.logger)
+	if n.logStore, err = resolveLogStore(cfg.DataDir, cfg.LogStore, true); err != nil {
+		return err
+	}
+	disk, err := checkStorage(cfg.DataDir, n.logStore, n.logger)
 	if err != nil {
 		return err
 	}
@@ -231,16 +234,16 @@ func (n *Node) inConfiguration(id string) (member, empty bool) {
 	return member, len(servers) == 0
 }
 
-// openStores opens the Raft log and stable store (raft-boltdb with fsync
-// on, no freelist sync, the hashmap freelist; the state marker written
-// before its first write) behind a log cache, and the snapshot store
-// keeping two snapshots.
+// openStores opens the Raft log and stable store (n.logStore: raft-boltdb
+// with fsync on, no freelist sync, the hashmap freelist, or raft-wal; the
+// state marker written before its first write) behind a log cache, and
+// the snapshot store keeping two snapshots.
 func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error) {
-	bolt, err := openBolt(n.cfg.DataDir)
+	s, err := openLogStore(n.cfg.DataDir, n.logStore, n.cfg.WALSegmentSize, n.logger)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open raft.db (is another node using %s?): %w", n.cfg.DataDir, err)
+		return nil, nil, err
 	}
-	n.store = newMarkedStore(bolt, n.cfg.DataDir, marked)
+	n.store = newMarkedStore(s, n.cfg.DataDir, marked)
 	logs, err := raft.NewLogCache(1024, n.store)
 	if err != nil {
 		return nil, nil, err
@@ -250,12 +253,6 @@ func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
 	return logs, snaps, nil
-}
-
-// openBolt opens dir's raft.db, the Raft log and stable store, with
-// boltOptions.
-func openBolt(dir string) (*raftboltdb.BoltStore, error) {
-	return raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile), BoltOptions: boltOptions()})
 }
 
 // bootstrap writes the initial configuration of a new cluster: the fixed

@@ -28,6 +28,7 @@ func testConfig(t *testing.T, dir string) Config {
 	cfg.DataDir, cfg.RaftAddr = dir, freeAddr(t)
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
 	cfg.Pools = []PoolSpec{{Name: "clusterip-ipv4", Range: "10.96.0.0/12"}, {Name: "nodeport", Range: "30000-32767"}}
+	cfg.LogStore = os.Getenv("RANGEALLOC_TEST_LOG_STORE") // "" (bolt) unless the run picks wal
 	return cfg
 }
 

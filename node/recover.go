@@ -158,14 +158,18 @@ func Recover(cfg RecoverConfig) (res RecoverResult, err error) {
 	if err := notInUse(cfg.DataDir); err != nil {
 		return res, err
 	}
-	disk, err := checkStorage(cfg.DataDir, logger)
+	store, err := resolveLogStore(cfg.DataDir, "", false)
+	if err != nil {
+		return res, err
+	}
+	disk, err := checkStorage(cfg.DataDir, store, logger)
 	if err != nil {
 		return res, err
 	}
 	if !disk.hasState {
 		return res, fmt.Errorf("%w: %s holds no Raft state: there is nothing to recover", ErrRecoverRefused, cfg.DataDir)
 	}
-	n := &Node{cfg: Config{DataDir: cfg.DataDir}, logger: logger}
+	n := &Node{cfg: Config{DataDir: cfg.DataDir}, logger: logger, logStore: store}
 	logs, snaps, err := n.openStores(disk.marked)
 	if err != nil {
 		return res, err
@@ -333,12 +337,16 @@ func keptNodeID(dir string) (string, error) {
 	return id, nil
 }
 
-// notInUse refuses a data directory whose raft.db a running node holds
-// (bbolt locks the file for as long as it is open). A raft.db that is
+// notInUse refuses a data directory whose raft.db, or wal metadata file,
+// a running node holds (bbolt locks the file for as long as it is open).
+// A log store that is
 // missing or does not open is left to checkStorage, which names what is
 // wrong; it runs only once this check passed, as it removes temp files
 // a running node may be writing.
 func notInUse(dir string) (err error) {
+	if err := walInUse(dir); errors.Is(err, errWALInUse) {
+		return fmt.Errorf("%w: %s is in use: a node is running on %s; stop it first", ErrRecoverRefused, filepath.Join(dir, walDir), dir)
+	}
 	path := filepath.Join(dir, boltFile)
 	if _, err := os.Stat(path); err != nil {
 		return nil

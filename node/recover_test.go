@@ -22,12 +22,22 @@ import (
 // them with their configurations.
 func threeNodes(t *testing.T) ([]*Node, []Config) {
 	t.Helper()
+	return threeNodesOf(t, "")
+}
+
+// threeNodesOf is threeNodes on the given log store ("" as testConfig
+// picks).
+func threeNodesOf(t *testing.T, store string) ([]*Node, []Config) {
+	t.Helper()
 	root := t.TempDir()
 	var cfgs []Config
 	var peers []Peer
 	for _, id := range []string{"a", "b", "c"} {
 		cfg := testConfig(t, filepath.Join(root, id))
 		cfg.ID = id
+		if store != "" {
+			cfg.LogStore = store
+		}
 		cfgs = append(cfgs, cfg)
 		peers = append(peers, Peer{ID: id, RaftAddr: cfg.RaftAddr})
 	}
@@ -71,7 +81,8 @@ func caughtUp(t *testing.T, n *Node, nodes []*Node) {
 }
 
 // dirDigest returns the SHA-256 of every file under dir, by path; of
-// raft.db, that of its buckets' keys and values: opening it for writing,
+// raft.db (and of the wal's bbolt file), that of its buckets' keys and
+// values: opening it for writing,
 // as every start does, commits a transaction that changes its bytes and
 // nothing it holds.
 func dirDigest(t *testing.T, dir string) map[string][32]byte {
@@ -81,7 +92,7 @@ func dirDigest(t *testing.T, dir string) map[string][32]byte {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if d.Name() == boltFile {
+		if d.Name() == boltFile || d.Name() == "wal-meta.db" {
 			out[path] = boltDigest(t, path)
 			return nil
 		}
@@ -118,7 +129,13 @@ func boltDigest(t *testing.T, path string) [32]byte {
 // some only in the log, are all there when it starts again, alone and
 // writable, and a dry run before changed nothing.
 func TestRecoverKeepsEveryEntry(t *testing.T) {
-	nodes, cfgs := threeNodes(t)
+	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { testRecoverKeepsEveryEntry(t, store) })
+	}
+}
+
+func testRecoverKeepsEveryEntry(t *testing.T, store string) {
+	nodes, cfgs := threeNodesOf(t, store)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a := nodes[0]

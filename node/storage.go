@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 )
 
@@ -71,12 +70,13 @@ func (e *StorageError) Is(target error) bool { return target == ErrStorage }
 // storageState is what checkStorage learned of a data directory.
 type storageState struct {
 	marked   bool // the state marker exists
-	hasState bool // raft.db or the snapshots hold Raft state
+	hasState bool // the log store or the snapshots hold Raft state
 }
 
-// checkStorage inspects dir as described above, removing the temp files
-// of failed snapshots and restores on the way.
-func checkStorage(dir string, logger hclog.Logger) (storageState, error) {
+// checkStorage inspects dir, whose log store is store (LogStoreBolt or
+// LogStoreWAL), as described above, removing the temp files of failed
+// snapshots and restores on the way.
+func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) {
 	var st storageState
 	removeTemps(dir, logger)
 	if _, err := os.Stat(filepath.Join(dir, markerFile)); err == nil {
@@ -88,28 +88,25 @@ func checkStorage(dir string, logger hclog.Logger) (storageState, error) {
 	if err != nil {
 		return st, err
 	}
-	dbPath := filepath.Join(dir, boltFile)
-	fi, err := os.Stat(dbPath)
-	switch {
-	case errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0):
-		what := "missing"
-		if err == nil {
-			what = "empty (0 bytes)"
-		}
-		if st.marked {
-			return st, &StorageError{Path: dbPath, Problem: what + ", but this data directory has held Raft state (marker " + markerFile + ")"}
-		}
-		if snap != nil {
-			return st, &StorageError{Path: dbPath, Problem: what + ", but snapshots exist (" + snap.path + ")"}
-		}
-		return st, nil
-	case err != nil:
-		return st, fmt.Errorf("stat %s: %w", dbPath, err)
-	}
-	if err := checkBolt(dbPath); err != nil {
+	dbPath, missing, err := logStoreMissing(dir, store)
+	if err != nil {
 		return st, err
 	}
-	term, first, last, err := boltBounds(dbPath)
+	if missing != "" {
+		if st.marked {
+			return st, &StorageError{Path: dbPath, Problem: missing + ", but this data directory has held Raft state (marker " + markerFile + ")"}
+		}
+		if snap != nil {
+			return st, &StorageError{Path: dbPath, Problem: missing + ", but snapshots exist (" + snap.path + ")"}
+		}
+		return st, nil
+	}
+	var term, first, last uint64
+	if store == LogStoreWAL {
+		term, first, last, err = checkWAL(dir, logger)
+	} else if err = checkBolt(dbPath); err == nil {
+		term, first, last, err = boltBounds(dbPath)
+	}
 	if err != nil {
 		return st, err
 	}
@@ -138,7 +135,27 @@ func checkStorage(dir string, logger hclog.Logger) (storageState, error) {
 	return st, nil
 }
 
-const markerText = "this data directory has held Raft state; if raft.db is lost, the node refuses to start\n"
+const markerText = "this data directory has held Raft state; if its log store is lost, the node refuses to start\n"
+
+// logStoreMissing says what is missing of dir's log store ("" if
+// nothing: it holds a file to check) and the path at fault.
+func logStoreMissing(dir, store string) (path, missing string, err error) {
+	if store == LogStoreWAL {
+		path, missing = walMissing(dir)
+		return path, missing, nil
+	}
+	path = filepath.Join(dir, boltFile)
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return path, "missing", nil
+	case err != nil:
+		return path, "", fmt.Errorf("stat %s: %w", path, err)
+	case fi.Size() == 0:
+		return path, "empty (0 bytes)", nil
+	}
+	return path, "", nil
+}
 
 // removeTemps removes what a crash can leave behind: snapshot directories
 // Raft never finished (<id>.tmp), which it would otherwise keep forever,
@@ -318,9 +335,10 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 	return term, first, last, nil
 }
 
-// markedStore is raft.db with the state marker written (and synced)
-// before its first write, so that a data directory that ever held a log
-// entry or a vote says so even after raft.db is gone.
+// markedStore is the log store (raft.db or the wal) with the state marker
+// written (and synced) before its first write, so that a data directory
+// that ever held a log entry or a vote says so even after its log store
+// is gone.
 //
 // It also outlives Close safely. hashicorp/raft answers heartbeats on the
 // transport's goroutines, outside its main loop, and one that passed
@@ -329,7 +347,7 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 // written is dropped (as if the process had died an instant before: a term
 // learned from a heartbeat grants no vote), and a log write fails.
 type markedStore struct {
-	*raftboltdb.BoltStore
+	raftStore
 	once sync.Once
 	err  error
 	path string
@@ -340,9 +358,9 @@ type markedStore struct {
 	closed bool
 }
 
-var errStoreClosed = errors.New("raft.db is closed: the node is shutting down")
+var errStoreClosed = errors.New("the log store is closed: the node is shutting down")
 
-// Close closes raft.db once every write in progress has returned.
+// Close closes the log store once every write in progress has returned.
 func (m *markedStore) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -350,7 +368,7 @@ func (m *markedStore) Close() error {
 		return nil
 	}
 	m.closed = true
-	return m.BoltStore.Close()
+	return m.raftStore.Close()
 }
 
 // write runs fn unless the store is closed; logs says what a closed store
@@ -372,8 +390,18 @@ var (
 	_ raft.StableStore = (*markedStore)(nil)
 )
 
-func newMarkedStore(s *raftboltdb.BoltStore, dir string, marked bool) *markedStore {
-	return &markedStore{BoltStore: s, path: filepath.Join(dir, markerFile), done: marked}
+// IsMonotonic passes on whether the store refuses a gap in the log
+// (raft-wal does; raft.db does not): Raft then deletes the whole log after
+// installing a snapshot instead of leaving a gap before the next entry.
+func (m *markedStore) IsMonotonic() bool {
+	s, ok := m.raftStore.(raft.MonotonicLogStore)
+	return ok && s.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = (*markedStore)(nil)
+
+func newMarkedStore(s raftStore, dir string, marked bool) *markedStore {
+	return &markedStore{raftStore: s, path: filepath.Join(dir, markerFile), done: marked}
 }
 
 func (m *markedStore) mark() error {
@@ -393,7 +421,7 @@ func (m *markedStore) StoreLog(l *raft.Log) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.BoltStore.StoreLog(l)
+		return m.raftStore.StoreLog(l)
 	})
 }
 
@@ -403,13 +431,13 @@ func (m *markedStore) StoreLogs(logs []*raft.Log) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.BoltStore.StoreLogs(logs)
+		return m.raftStore.StoreLogs(logs)
 	})
 }
 
 // DeleteRange deletes, unless the store is closed.
 func (m *markedStore) DeleteRange(lo, hi uint64) error {
-	return m.write(true, func() error { return m.BoltStore.DeleteRange(lo, hi) })
+	return m.write(true, func() error { return m.raftStore.DeleteRange(lo, hi) })
 }
 
 // Set marks, then stores.
@@ -418,7 +446,7 @@ func (m *markedStore) Set(k, v []byte) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.BoltStore.Set(k, v)
+		return m.raftStore.Set(k, v)
 	})
 }
 
@@ -427,11 +455,11 @@ func (m *markedStore) Set(k, v []byte) error {
 func (m *markedStore) SetUint64(k []byte, v uint64) error {
 	return m.write(false, func() error {
 		if v == 0 {
-			return m.BoltStore.SetUint64(k, v)
+			return m.raftStore.SetUint64(k, v)
 		}
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.BoltStore.SetUint64(k, v)
+		return m.raftStore.SetUint64(k, v)
 	})
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // BenchmarkStorageFloor measures what the disk alone allows one commit
@@ -29,9 +28,18 @@ import (
 // (MaxInflight > 1) split the callers over more, smaller entries, and the
 // disk's own bound then applies: the "disk" case has the three stores
 // commit as fast as they can at once, and every round takes three commits.
+//
+// The cases at the top are the bolt store's (raft.db, the default); those
+// under wal/ are the same with the wal log store (raft-wal: one fsync per
+// append, where a bolt commit costs two).
 func BenchmarkStorageFloor(b *testing.B) {
+	storageFloor(b, LogStoreBolt)
+	b.Run(LogStoreWAL, func(b *testing.B) { storageFloor(b, LogStoreWAL) })
+}
+
+func storageFloor(b *testing.B, store string) {
 	b.Run("disk", func(b *testing.B) {
-		stores := openStores3(b)
+		stores := openStores3(b, store)
 		var wg sync.WaitGroup
 		data := make([]byte, 100)
 		b.ResetTimer()
@@ -56,7 +64,7 @@ func BenchmarkStorageFloor(b *testing.B) {
 	// 100 bytes is an entry of one request; 4 KiB carries 64.
 	for _, size := range []int{100, 4096} {
 		b.Run(fmt.Sprintf("entry=%dB", size), func(b *testing.B) {
-			stores := openStores3(b)
+			stores := openStores3(b, store)
 			type round struct {
 				logs  []*raft.Log
 				first chan error // buffered 2: each follower reports
@@ -66,7 +74,7 @@ func BenchmarkStorageFloor(b *testing.B) {
 			for i := range followers {
 				followers[i] = make(chan round, 4)
 				wg.Add(1)
-				go func(s *raftboltdb.BoltStore, in chan round) {
+				go func(s raftStore, in chan round) {
 					defer wg.Done()
 					for r := range in {
 						r.first <- s.StoreLogs(r.logs)
@@ -106,12 +114,13 @@ func BenchmarkStorageFloor(b *testing.B) {
 	}
 }
 
-// openStores3 opens three Raft log stores as the node does, each in its
-// own directory on the same disk, closed when the benchmark ends.
-func openStores3(b *testing.B) [3]*raftboltdb.BoltStore {
-	var stores [3]*raftboltdb.BoltStore
+// openStores3 opens three Raft log stores of the given kind as the node
+// does, each in its own directory on the same disk, closed when the
+// benchmark ends.
+func openStores3(b *testing.B, store string) [3]raftStore {
+	var stores [3]raftStore
 	for i := range stores {
-		s, err := openBolt(b.TempDir())
+		s, err := openLogStore(b.TempDir(), store, 0, hclog.NewNullLogger())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -150,7 +159,7 @@ func BenchmarkCheckStorage(b *testing.B) {
 	logger := hclog.NewNullLogger()
 	b.Run("check", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := checkStorage(dir, logger); err != nil {
+			if _, err := checkStorage(dir, LogStoreBolt, logger); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -16,12 +16,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// damagedDir returns the data directory of a single node that held state:
-// allocations in two terms, a snapshot taken in the second, and a log
-// compacted behind it. old is a copy of raft.db from the first term.
+// damagedDir returns the data directory of a single node that held state
+// in a bolt store: allocations in two terms, a snapshot taken in the
+// second, and a log compacted behind it. old is a copy of raft.db from
+// the first term.
 func damagedDir(t *testing.T) (cfg Config, old []byte) {
 	t.Helper()
+	cfg, oldDir := damagedDirOf(t, LogStoreBolt)
+	old, err := os.ReadFile(filepath.Join(oldDir, boltFile))
+	require.NoError(t, err)
+	return cfg, old
+}
+
+// damagedDirOf is damagedDir with the given log store; the copy of the
+// first term's log store (raft.db or wal/) is in the directory old.
+func damagedDirOf(t *testing.T, store string) (cfg Config, old string) {
+	t.Helper()
 	cfg = testConfig(t, t.TempDir())
+	cfg.LogStore = store
 	cfg.TrailingLogs = 2
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -31,8 +43,14 @@ func damagedDir(t *testing.T) (cfg Config, old []byte) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, n.Close())
-	old, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
-	require.NoError(t, err)
+	old = t.TempDir()
+	if store == LogStoreWAL {
+		require.NoError(t, os.CopyFS(filepath.Join(old, walDir), os.DirFS(filepath.Join(cfg.DataDir, walDir))))
+	} else {
+		b, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(old, boltFile), b, 0o600))
+	}
 	n = openReady(t, cfg) // a new term
 	for i := 0; i < 20; i++ {
 		_, err := n.Allocate(ctx, "nodeport", "", fmt.Sprintf("second-%d", i), 0, "")
@@ -133,7 +151,14 @@ func TestStorageHealthyRestart(t *testing.T) {
 }
 
 func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
+	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { testStorageMarkerBeforeFirstWrite(t, store) })
+	}
+}
+
+func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 	cfg := testConfig(t, t.TempDir())
+	cfg.LogStore = store
 	cfg.Join = []string{freeAddr(t)} // never answers: the node stays without state
 	for i := 0; i < 2; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -145,6 +170,7 @@ func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
 	}
 
 	cfg = testConfig(t, t.TempDir())
+	cfg.LogStore = store
 	openReady(t, cfg)
 	assert.FileExists(t, filepath.Join(cfg.DataDir, markerFile), "bootstrapping wrote state, and the marker before it")
 }

@@ -50,11 +50,13 @@ lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClu
 fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
 join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
-storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: what)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
+storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: missing)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
 storage-old-term-accepted | node/storage.go | s{case snap != nil && term < snap\.Term:}{case false:} | ./node/ | ^TestStorageDamageRefused$
 storage-walk-ignores-key-order | node/boltcheck.go | s{(\t\tswitch \{\n\t\tcase prev != nil.*?\n\t\t\})}{\t\tif false \{\n$1\n\t\t\}}s | ./node/ | ^TestBoltKeyFlipped$
 storage-no-page-walk | node/storage.go | s{err = checkBoltPages\(f, fi\.Size\(\)\)}{_, err = fi, nil} | ./node/ | ^TestStorageDamageRefused$
 storage-no-snapshot-crc | node/storage.go | s{string\(got\) != string\(newest\.CRC\)}{false} | ./node/ | ^TestStorageDamageRefused$
+wal-not-monotonic | node/storage.go | s{return ok && s\.IsMonotonic\(\)}{return ok && s.IsMonotonic() && false} | ./test/ | ^TestSnapshotCatchUp$
+wal-segment-size-unchecked | node/walstore.go | s{case fi\.Size\(\) < int64\(si\.SizeLimit\):}{case false:} | ./node/ | ^TestStorageDamageRefusedWAL$
 handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remote != "" && local != remote:}{case false:} | ./transport/ | ^TestHandshakeClusterID$
 pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$

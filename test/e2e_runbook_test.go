@@ -184,6 +184,7 @@ func TestE2ELifecycleFlags(t *testing.T) {
 		{[]string{"--non-voter"}, "Error: --non-voter: only a node that joins with --join can stay a non-voter"},
 		{[]string{"--cleanup-dead-after", "5s"}, "Error: --cleanup-dead-after 5s: want 0 (never) or at least 10s"},
 		{[]string{"--cleanup-dead-after", "-1s"}, "Error: --cleanup-dead-after -1s: want 0 (never) or at least 10s"},
+		{[]string{"--log-store", "rocks"}, `Error: --log-store "rocks": want "bolt" or "wal"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
@@ -191,8 +192,10 @@ func TestE2ELifecycleFlags(t *testing.T) {
 			_, stderr, code := rangealloc(t, "http://127.0.0.1:1", args...)
 			assert.Equal(t, 1, code, stderr)
 			assert.Contains(t, stderr, tc.want)
-			_, err := os.Stat(filepath.Join(dir, "raft.db"))
-			assert.True(t, os.IsNotExist(err), "nothing written")
+			for _, f := range []string{"raft.db", "wal", "log-store"} {
+				_, err := os.Stat(filepath.Join(dir, f))
+				assert.True(t, os.IsNotExist(err), "nothing written: %s", f)
+			}
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,8 +43,10 @@ func exitsRefusing(t *testing.T, p *proc, d time.Duration, want string) {
 // undone from a copy). Last, a follower whose directory was emptied
 // refuses, and the runbook (remove, empty, --join) brings it back. Every
 // acknowledged value survives, and the replicas agree.
-func TestE2EStorageLoss(t *testing.T) {
-	ps := newProcsArgs(t, 3, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
+func TestE2EStorageLoss(t *testing.T) { forEachLogStore(t, testE2EStorageLoss) }
+
+func testE2EStorageLoss(t *testing.T, store string) {
+	ps := newProcsArgs(t, 3, "--log-store", store, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
 	leader := byID(ps, waitLeader(t, ps[0]))
 	ctx := ctxE(t)
 	acked := map[string]string{}
@@ -74,11 +77,12 @@ func TestE2EStorageLoss(t *testing.T) {
 		require.NotEmpty(t, snaps)
 		return snaps[len(snaps)-1]
 	}
-	damages := []struct {
+	type damage struct {
 		name   string
 		damage func()
 		says   string
-	}{
+	}
+	damages := []damage{
 		{"raft.db truncated", func() { require.NoError(t, os.Truncate(filepath.Join(f.dir, "raft.db"), 0)) },
 			"raft.db: empty (0 bytes), but this data directory has held Raft state"},
 		{"raft.db cut to half", func() {
@@ -86,6 +90,24 @@ func TestE2EStorageLoss(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, os.Truncate(filepath.Join(f.dir, "raft.db"), fi.Size()/2))
 		}, "raft.db: corrupt bolt file"},
+	}
+	if store == node.LogStoreWAL {
+		segment := func() string {
+			segs, err := filepath.Glob(filepath.Join(f.dir, "wal", "*.wal"))
+			require.NoError(t, err)
+			require.NotEmpty(t, segs)
+			return segs[len(segs)-1]
+		}
+		damages = []damage{
+			{"wal deleted", func() { require.NoError(t, os.RemoveAll(filepath.Join(f.dir, "wal"))) },
+				"wal: missing, but this data directory has held Raft state"},
+			{"wal metadata deleted", func() { require.NoError(t, os.Remove(filepath.Join(f.dir, "wal", "wal-meta.db"))) },
+				"wal-meta.db: missing, but this data directory has held Raft state"},
+			{"wal segment cut short", func() { require.NoError(t, os.Truncate(segment(), 4096)) },
+				"segment file cut short"},
+		}
+	}
+	damages = append(damages, []damage{
 		{"a snapshot byte flipped", func() {
 			b, err := os.ReadFile(newest())
 			require.NoError(t, err)
@@ -94,7 +116,7 @@ func TestE2EStorageLoss(t *testing.T) {
 		}, "state.bin: snapshot fails its checksum"},
 		{"snapshots deleted", func() { require.NoError(t, os.RemoveAll(filepath.Join(f.dir, "snapshots"))) },
 			"no snapshot holds the entries before it"},
-	}
+	}...)
 	for _, d := range damages {
 		d.damage()
 		exitsRefusing(t, f, 30*time.Second, d.says)
@@ -133,8 +155,10 @@ func TestE2EStorageLoss(t *testing.T) {
 // B killed, 200 allocations acknowledged by the leader L and follower A,
 // L and A killed, A's data directory emptied, A and B started with their
 // usual flags. A must refuse; when L returns, all 200 values are there.
-func TestE2EReimagedNode(t *testing.T) {
-	ps := newProcs(t, 3)
+func TestE2EReimagedNode(t *testing.T) { forEachLogStore(t, testE2EReimagedNode) }
+
+func testE2EReimagedNode(t *testing.T, store string) {
+	ps := newProcsArgs(t, 3, "--log-store", store)
 	l := byID(ps, waitLeader(t, ps[0]))
 	var a, b *proc
 	for _, p := range ps {

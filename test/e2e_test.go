@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -61,8 +63,11 @@ type proc struct {
 func (p *proc) start(t *testing.T) {
 	t.Helper()
 	p.log = &bytes.Buffer{}
-	p.cmd = exec.Command(binary, append([]string{"server", "--id", p.id, "--data-dir", p.dir, "--http-addr", p.http,
-		"--raft-addr", p.raft, "--log-level", "warn"}, p.args...)...)
+	args := []string{"server", "--id", p.id, "--data-dir", p.dir, "--http-addr", p.http, "--raft-addr", p.raft, "--log-level", "warn"}
+	if store := os.Getenv(cluster.LogStoreEnv); store != "" && !slices.Contains(p.args, "--log-store") {
+		args = append(args, "--log-store", store)
+	}
+	p.cmd = exec.Command(binary, append(args, p.args...)...)
 	p.cmd.Stderr = p.log
 	require.NoError(t, p.cmd.Start())
 	t.Cleanup(func() {

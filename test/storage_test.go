@@ -40,8 +40,10 @@ func TestFoundingInAnyOrder(t *testing.T) {
 // flags. A must refuse to start (it used to bootstrap a new log, let B win
 // an election, and erase the 200 values when L came back); the
 // acknowledged values survive; then the runbook brings A back.
-func TestWipedVoterRefused(t *testing.T) {
-	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+func TestWipedVoterRefused(t *testing.T) { forEachLogStore(t, wipedVoterRefused) }
+
+func wipedVoterRefused(t *testing.T, store string) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store})
 	l := waitPools(t, c)
 	var a, b *cluster.Member
 	for _, m := range c.Members {
@@ -105,7 +107,11 @@ func TestWipedVoterRefused(t *testing.T) {
 // soon as the cluster formed (it may have acknowledged its first entries)
 // refuses to start, and so does one that comes back with --join.
 func TestDiskLostRightAfterFirstEntries(t *testing.T) {
-	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	forEachLogStore(t, diskLostRightAfterFirstEntries)
+}
+
+func diskLostRightAfterFirstEntries(t *testing.T, store string) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store})
 	c.Kill(1)
 	c.Wipe(1)
 	err := c.TryStart(1)
@@ -247,4 +253,12 @@ func TestLoneRestartNotCaptured(t *testing.T) {
 	assert.Equal(t, f.ID, st.Members[0].ID)
 	assert.True(t, f.Node.IsLeader(), "it leads its own cluster")
 	c.Kill(f.Index) // two clusters now: EnsureSame compares the old one's
+}
+
+// forEachLogStore runs test once per Raft log store, as subtests named
+// after the store.
+func forEachLogStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, store := range []string{node.LogStoreBolt, node.LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
 }

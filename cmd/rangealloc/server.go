@@ -31,7 +31,7 @@ import (
 type serverFlags struct {
 	id, dataDir, httpAddr, raftAddr, advHTTP, advRaft string
 	peers, join, serviceCIDR, nodePortRange           string
-	logLevel                                          string
+	logLevel, logStore                                string
 	logJSON                                           bool
 	pprof                                             bool
 	requestTimeout                                    time.Duration
@@ -65,9 +65,10 @@ certs init' and 'rangealloc token create' make the files. Certificates, keys,
 CAs and the token file are re-read within 10 s of a change.
 
 A node refuses to start (exit status 1, "refusing to start: <file>: <why>")
-when its data cannot be trusted: raft.db lost, cut short or damaged, a
-damaged snapshot, or an empty data directory while the node is a voter of
-an existing cluster. See docs/OPERATIONS.md for the way back.`,
+when its data cannot be trusted: its log store (raft.db, or wal/ with
+--log-store wal) lost, cut short or damaged, a damaged snapshot, a
+--log-store other than the one its data dir records, or an empty data
+directory while the node is a voter of an existing cluster. See docs/OPERATIONS.md for the way back.`,
 		Example: `  # one node with the default pools
   rangealloc server
 
@@ -90,6 +91,10 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.id, "id", "", "node ID (default: with --tls-cert its CN, else a UUID generated once and kept in the data dir)")
 	fl.StringVar(&f.dataDir, "data-dir", "./data", "directory for the Raft log, snapshots and node ID")
+	fl.StringVar(&f.logStore, "log-store", "", "Raft log store, chosen when the data dir is first used and kept in it: "+
+		"bolt (raft.db, a B+tree file, two fsyncs per append) or wal (wal/, an append-only segmented log, one fsync per append; "+
+		"lower write latency). Default: the one the data dir records, bolt for a new one. A data dir never changes store: "+
+		"a different choice refuses to start")
 	fl.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:7080", "address to serve the HTTP API on")
 	fl.StringVar(&f.raftAddr, "raft-addr", "127.0.0.1:7081", "address for Raft and forwarded calls")
 	fl.StringVar(&f.advHTTP, "advertise-http", "", "HTTP address others reach this node at (default: --http-addr)")
@@ -123,6 +128,8 @@ an existing cluster. See docs/OPERATIONS.md for the way back.`,
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
 		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
+	fl.Var((*byteSize)(&f.tuning.WALSegmentSize), "wal-segment-size", "with --log-store wal: the size of its segment files (tests)")
+	_ = fl.MarkHidden("wal-segment-size")
 	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
 	return cmd
 }
@@ -227,6 +234,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	if err := f.checkBackup(); err != nil {
 		return err
 	}
+	if f.logStore != "" && f.logStore != node.LogStoreBolt && f.logStore != node.LogStoreWAL {
+		return fmt.Errorf("--log-store %q: want %q or %q", f.logStore, node.LogStoreBolt, node.LogStoreWAL)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
 	open, err := f.sec.check(f.httpAddr, f.raftAddr)
 	if err != nil {
@@ -264,6 +274,7 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		return err
 	}
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
+	cfg.LogStore = f.logStore
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	cfg.ServiceNetwork = serviceNetwork(pools)
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient

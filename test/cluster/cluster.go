@@ -31,7 +31,15 @@ type Options struct {
 	Seed int64
 	// Delays, when set, holds member i's first start back by Delays[i].
 	Delays []time.Duration
+	// LogStore is each node's Raft log store (node.LogStoreBolt or
+	// node.LogStoreWAL); empty means the environment's
+	// RANGEALLOC_TEST_LOG_STORE, or else the default (bolt).
+	LogStore string
 }
+
+// LogStoreEnv names the environment variable that picks the log store of
+// the tests that do not pick one: "bolt" or "wal".
+const LogStoreEnv = "RANGEALLOC_TEST_LOG_STORE"
 
 // Member is one node of the cluster; Node is nil while it is down.
 type Member struct {
@@ -71,6 +79,10 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 		cfg := node.DefaultConfig()
 		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.APIAddr = m.ID, m.DataDir, m.Addr, "api-"+m.ID
 		cfg.Peers, cfg.Pools = peers, opts.Pools
+		cfg.LogStore = opts.LogStore
+		if cfg.LogStore == "" {
+			cfg.LogStore = os.Getenv(LogStoreEnv)
+		}
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 400*time.Millisecond, 400*time.Millisecond
 		cfg.LeaderLeaseTimeout = 200 * time.Millisecond
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: m.ID, Level: hclog.Warn, Output: logs})

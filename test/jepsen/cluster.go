@@ -33,6 +33,13 @@ type Tuning struct {
 	SnapshotThreshold  int
 	SnapshotInterval   time.Duration
 	TrailingLogs       int
+	// LogStore is the servers' --log-store; empty leaves the default.
+	// With wal, WALSegmentSize is their --wal-segment-size: raft-wal
+	// drops compacted entries a whole segment at a time and still serves
+	// the rest, so with its default 16 MiB no follower would ever need a
+	// snapshot in a run.
+	LogStore       string
+	WALSegmentSize string
 }
 
 // DefaultTuning is the tuning of every run.
@@ -44,10 +51,17 @@ func DefaultTuning() Tuning {
 
 // args are the flags of the Raft tuning.
 func (t Tuning) args() []string {
-	return []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
+	args := []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
 		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
 		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
 		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
+	if t.LogStore != "" {
+		args = append(args, "--log-store", t.LogStore)
+	}
+	if t.LogStore == "wal" && t.WALSegmentSize != "" {
+		args = append(args, "--wal-segment-size", t.WALSegmentSize)
+	}
+	return args
 }
 
 // Cluster is three servers in a Lab.

@@ -11,9 +11,14 @@ import (
 
 // The files of a data dir that the storage faults damage: hashicorp/raft's
 // file snapshot store keeps snapshots/<term>-<index>-<ms>/{meta.json,
-// state.bin}, raft-boltdb the log and the stable store in raft.db.
+// state.bin}, raft-boltdb the log and the stable store in raft.db; with
+// --log-store wal, raft-wal keeps them in wal/: segment files
+// <base>-<id>.wal, and the term, the vote and the segment list in the
+// bbolt file wal-meta.db.
 const (
 	raftDB    = "raft.db"
+	walDir    = "wal"
+	walMeta   = "wal-meta.db"
 	snapsDir  = "snapshots"
 	stateFile = "state.bin"
 	pageSize  = 4096
@@ -30,8 +35,21 @@ func wipeDir(dir string) (string, error) {
 
 // truncateLog cuts dir's raft.db to 0 bytes (TruncateEmpty) or to half
 // its size (TruncateHalf), as a lost write-back cache or a bad copy would.
+// With a wal, TruncateEmpty cuts wal-meta.db (the term, the vote and the
+// segment list) to 0 bytes, TruncateHalf the newest segment to half.
 func truncateLog(dir string, variant int) (string, error) {
 	path := filepath.Join(dir, raftDB)
+	if isWAL(dir) {
+		path = filepath.Join(dir, walDir, walMeta)
+		if variant == TruncateHalf {
+			segs, err := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
+			if err != nil || len(segs) == 0 {
+				return "", fmt.Errorf("no wal segment in %s (%v)", filepath.Join(dir, walDir), err)
+			}
+			path = segs[len(segs)-1] // names sort by base index
+		}
+	}
+	rel, _ := filepath.Rel(dir, path)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", err
@@ -43,7 +61,13 @@ func truncateLog(dir string, variant int) (string, error) {
 	if err := os.Truncate(path, size); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("truncated %s from %d to %d bytes", raftDB, fi.Size(), size), nil
+	return fmt.Sprintf("truncated %s from %d to %d bytes", rel, fi.Size(), size), nil
+}
+
+// isWAL tells whether dir keeps its log with --log-store wal.
+func isWAL(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, walDir))
+	return err == nil
 }
 
 // errNotApplicable means a corruption has nothing to damage in this data
@@ -58,8 +82,12 @@ func corrupt(dir string, variant int) (string, error) {
 		var what string
 		var err error
 		switch (variant + k) % kinds {
-		case ZeroPage:
-			what, err = zeroMiddlePage(filepath.Join(dir, raftDB))
+		case ZeroPage: // raft.db's, or with a wal the bbolt file wal-meta.db's
+			file := raftDB
+			if isWAL(dir) {
+				file = filepath.Join(walDir, walMeta)
+			}
+			what, err = zeroMiddlePage(dir, file)
 		case FlipByte:
 			what, err = flipNewestSnapshot(dir)
 		case RemoveSnaps:
@@ -74,7 +102,8 @@ func corrupt(dir string, variant int) (string, error) {
 
 // zeroMiddlePage overwrites with zeros the 4 KiB page-aligned block in the
 // middle of a file, past bolt's two meta pages.
-func zeroMiddlePage(path string) (string, error) {
+func zeroMiddlePage(dir, file string) (string, error) {
+	path := filepath.Join(dir, file)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", err
@@ -94,7 +123,7 @@ func zeroMiddlePage(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("zeroed bytes %d-%d (page %d of %d) of %s", off, off+pageSize-1, off/pageSize, fi.Size()/pageSize, raftDB), nil
+	return fmt.Sprintf("zeroed bytes %d-%d (page %d of %d) of %s", off, off+pageSize-1, off/pageSize, fi.Size()/pageSize, file), nil
 }
 
 // flipNewestSnapshot inverts the byte in the middle of the newest

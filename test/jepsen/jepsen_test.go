@@ -39,6 +39,10 @@ var (
 	flagSvcDur   = flag.Duration("jepsen.services-duration", 15*time.Second, "least length of the nemesis schedule of the fixed Service seeds")
 	flagSvcNem   = flag.String("jepsen.services-nemesis", "isolate-leader,isolate-follower,bridge,kill-leader,kill-all,pause-leader,snapshot-catchup",
 		"faults of the fixed Service seeds (the storage faults and mistaken-join test the allocation runs' storage, not Services)")
+	flagLogStore = flag.String("jepsen.log-store", os.Getenv("RANGEALLOC_TEST_LOG_STORE"),
+		"the servers' --log-store, bolt or wal, for the -jepsen.seed run and the fixed seeds (default: $RANGEALLOC_TEST_LOG_STORE, else the server's default, bolt)")
+	flagWALSeeds = flag.String("jepsen.wal-seeds", "5", "the fixed seeds run with --log-store wal when -jepsen.seed is 0 (empty: none)")
+	flagWALDur   = flag.Duration("jepsen.wal-duration", 20*time.Second, "least length of the nemesis schedule of the fixed wal seeds")
 )
 
 // suiteRun is one run of TestJepsen.
@@ -47,13 +51,18 @@ type suiteRun struct {
 	services bool
 	duration time.Duration
 	faults   []Fault
+	logStore string // the servers' --log-store; "" leaves the server's default
 }
 
 func (r suiteRun) String() string {
-	if r.services {
-		return fmt.Sprintf("services,seed=%d", r.seed)
+	store := ""
+	if r.logStore != "" {
+		store = r.logStore + ","
 	}
-	return fmt.Sprintf("seed=%d", r.seed)
+	if r.services {
+		return fmt.Sprintf("%sservices,seed=%d", store, r.seed)
+	}
+	return fmt.Sprintf("%sseed=%d", store, r.seed)
 }
 
 // runs returns the runs the flags ask for: -jepsen.seed's, or else the
@@ -62,7 +71,7 @@ func runs(t *testing.T) []suiteRun {
 	faults, err := ParseFaults(*flagNemesis)
 	require.NoError(t, err)
 	if *flagSeed != 0 {
-		return []suiteRun{{seed: *flagSeed, services: *flagServices, duration: *flagDuration, faults: faults}}
+		return []suiteRun{{seed: *flagSeed, services: *flagServices, duration: *flagDuration, faults: faults, logStore: *flagLogStore}}
 	}
 	svcFaults, err := ParseFaults(*flagSvcNem)
 	require.NoError(t, err, "-jepsen.services-nemesis")
@@ -70,16 +79,20 @@ func runs(t *testing.T) []suiteRun {
 	for _, f := range []struct {
 		list     string
 		services bool
-	}{{*flagSeeds, false}, {*flagSvcSeeds, true}} {
+		wal      bool
+	}{{*flagSeeds, false, false}, {*flagSvcSeeds, true, false}, {*flagWALSeeds, false, true}} {
 		for _, field := range strings.Split(f.list, ",") {
 			if strings.TrimSpace(field) == "" {
 				continue
 			}
 			s, err := strconv.ParseUint(strings.TrimSpace(field), 10, 64)
 			require.NoError(t, err, "-jepsen.seeds, -jepsen.services-seeds")
-			r := suiteRun{seed: s, services: f.services, duration: *flagDuration, faults: faults}
-			if f.services {
+			r := suiteRun{seed: s, services: f.services, duration: *flagDuration, faults: faults, logStore: *flagLogStore}
+			switch {
+			case f.services:
 				r.duration, r.faults = *flagSvcDur, svcFaults
+			case f.wal:
+				r.duration, r.logStore = *flagWALDur, "wal"
 			}
 			out = append(out, r)
 		}
@@ -113,7 +126,7 @@ func TestJepsen(t *testing.T) {
 			}
 			res, err := Run(t, Options{Seed: seed, Duration: r.duration, Faults: r.faults, Clients: *flagClients, Readers: *flagReaders,
 				OpTimeout: *flagOpTO, ImpatientTimeout: *flagImpTO, ReadTimeout: *flagReadTO, CheckTimeout: *flagCheckTO, Binary: bin, Artifacts: dir,
-				Insecure: *flagInsecure, Services: r.services})
+				Insecure: *flagInsecure, Services: r.services, LogStore: r.logStore})
 			if errors.Is(err, ErrNoNetns) {
 				unavailable(t, err)
 			}
@@ -126,6 +139,9 @@ func TestJepsen(t *testing.T) {
 				replay := fmt.Sprintf("-jepsen.seed=%d", seed)
 				if r.services {
 					replay += fmt.Sprintf(" -jepsen.services -jepsen.duration=%s -jepsen.nemesis=%s", r.duration, *flagSvcNem)
+				}
+				if r.logStore != "" {
+					replay += fmt.Sprintf(" -jepsen.log-store=%s -jepsen.duration=%s", r.logStore, r.duration)
 				}
 				t.Logf("artifacts in %s (replay: go test ./test/jepsen/ -run TestJepsen -v %s)", dir, replay)
 			} else {

@@ -47,6 +47,9 @@ type Options struct {
 	// bursts of reads, and the end state is judged by the Service checks
 	// instead of the allocation checkers.
 	Services bool
+	// LogStore is the servers' --log-store (bolt or wal); empty leaves
+	// the server's default.
+	LogStore string
 }
 
 // Result sums up a run.
@@ -204,7 +207,9 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 		closeLab()
 		return nil, fmt.Errorf("the run's CA and tokens: %w", err)
 	}
-	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, DefaultTuning(), pools, sec)
+	tuning := DefaultTuning()
+	tuning.LogStore, tuning.WALSegmentSize = o.LogStore, "64KiB"
+	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, tuning, pools, sec)
 	if err != nil {
 		closeLab()
 		return nil, err

@@ -101,6 +101,51 @@ func TestDamage(t *testing.T) {
 	})
 }
 
+// TestDamageWAL checks what the storage faults damage in a data dir kept
+// with --log-store wal: wal-meta.db and the newest segment, not raft.db.
+func TestDamageWAL(t *testing.T) {
+	walDataDir := func(t *testing.T) (dir string, meta []byte) {
+		dir, _ = dataDir(t, "2-16-200")
+		require.NoError(t, os.Remove(filepath.Join(dir, raftDB)))
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, walDir), 0o755))
+		meta = bytes.Repeat([]byte{0x5a}, 8*pageSize)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, walDir, walMeta), meta, 0o600))
+		for _, seg := range []string{"00000000000000000001-0000000000000001.wal", "00000000000000000100-0000000000000002.wal"} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, walDir, seg), bytes.Repeat([]byte{1}, 4*pageSize), 0o600))
+		}
+		return dir, meta
+	}
+	size := func(t *testing.T, path string) int64 {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	t.Run("truncate empty: the metadata", func(t *testing.T) {
+		dir, _ := walDataDir(t)
+		what, err := truncateLog(dir, TruncateEmpty)
+		require.NoError(t, err)
+		assert.Contains(t, what, filepath.Join(walDir, walMeta))
+		assert.Zero(t, size(t, filepath.Join(dir, walDir, walMeta)))
+	})
+	t.Run("truncate half: the newest segment", func(t *testing.T) {
+		dir, _ := walDataDir(t)
+		_, err := truncateLog(dir, TruncateHalf)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2*pageSize), size(t, filepath.Join(dir, walDir, "00000000000000000100-0000000000000002.wal")))
+		assert.Equal(t, int64(4*pageSize), size(t, filepath.Join(dir, walDir, "00000000000000000001-0000000000000001.wal")), "older segments kept")
+	})
+	t.Run("zero the middle page of the metadata", func(t *testing.T) {
+		dir, meta := walDataDir(t)
+		what, err := corrupt(dir, ZeroPage)
+		require.NoError(t, err)
+		assert.Contains(t, what, walMeta)
+		got, err := os.ReadFile(filepath.Join(dir, walDir, walMeta))
+		require.NoError(t, err)
+		copy(meta[4*pageSize:], make([]byte, pageSize))
+		assert.Equal(t, meta, got)
+	})
+}
+
 // TestJoinArgs checks the runbook's flags: --join instead of --peers.
 func TestJoinArgs(t *testing.T) {
 	args := []string{"server", "--id", "n2", "--peers", "n1=a,n2=b", "--trailing-logs", "16"}
