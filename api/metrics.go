@@ -150,7 +150,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 var (
 	diskFreeDesc = prometheus.NewDesc("rangealloc_disk_free_bytes",
 		"Free bytes on the file system holding the data directory; below --min-free-disk the node refuses client writes.", nil, nil)
-	raftLogDesc  = prometheus.NewDesc("rangealloc_raft_log_bytes", "Size of raft.db, the Raft log and stable store.", nil, nil)
+	raftLogDesc  = prometheus.NewDesc("rangealloc_raft_log_bytes", "Size of the Raft log and stable store: raft.db, or the wal/ directory with --log-store wal.", nil, nil)
 	snapshotDesc = prometheus.NewDesc("rangealloc_snapshot_bytes", "Bytes of the snapshots kept in the data directory.", nil, nil)
 )
 
