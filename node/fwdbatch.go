@@ -17,11 +17,12 @@ import (
 
 // A follower forwards its writes to the leader in batches, the way the
 // leader packs them into entries: one SubmitBatch call carries every
-// write waiting when the previous call to that leader came back, so a
-// busy follower makes one call, one gob envelope and two syscalls per
-// round instead of per write. A lone write is sent at once.
+// write that arrived while the previous call to that leader was being
+// sent, so a busy follower makes one call, one gob envelope and two
+// syscalls per batch instead of per write. A lone write is sent at once,
+// and no write waits for an earlier call's answer.
 //
-//	callers ─▶ queue ─▶ sender (one call in flight per leader) ─▶ leader
+//	callers ─▶ queue ─▶ sender (runs while the queue holds any) ─▶ leader
 //	   ▲                                                           │
 //	   └──────────────── each caller's own outcome ◀───────────────┘
 //
@@ -155,7 +156,11 @@ func (b *fwdBatcher) abandon(it *fwdItem, err error) outcome {
 	return outcome{err: err}
 }
 
-// run sends the queue, one call at a time, until it is empty.
+// run sends what the queue holds, as one call, until it is empty. It
+// does not wait for a call's answer (a goroutine per call does): writes
+// that arrive while a call is in flight go at once, so the leader's group
+// commit sees them as soon as it would have without forwarding, and the
+// writes that arrive while one call is being written share the next.
 func (b *fwdBatcher) run() {
 	for {
 		b.mu.Lock()
@@ -181,7 +186,8 @@ func (b *fwdBatcher) run() {
 	}
 }
 
-// send makes one SubmitBatch call for batch and answers each write.
+// send makes one SubmitBatch call for batch, and leaves a goroutine to
+// answer each write when it returns.
 func (b *fwdBatcher) send(batch []*fwdItem) {
 	answer := func(o outcome) {
 		for _, it := range batch {
@@ -220,6 +226,16 @@ func (b *fwdBatcher) send(batch []*fwdItem) {
 		it.sent = p
 	}
 	b.mu.Unlock()
+	b.n.goFunc(func() { b.answer(batch, p, &reply) })
+}
+
+// answer waits for a batch's call and answers each of its writes.
+func (b *fwdBatcher) answer(batch []*fwdItem, p *pending, reply *wire.SubmitBatchReply) {
+	answer := func(o outcome) {
+		for _, it := range batch {
+			it.done <- o
+		}
+	}
 	done := <-p.call.Done
 	if done.Error != nil && strings.Contains(done.Error.Error(), "rpc: can't find method") {
 		b.mu.Lock()
