@@ -410,16 +410,22 @@ func (s *rpcService) protocol(p int) *wireErr {
 		p, s.n.id, version.String(), version.Protocol)}}
 }
 
+// admitWrite refuses a forwarded write from a non-member, to a node that
+// does not lead, or in a newer protocol.
+func (s *rpcService) admitWrite(protocol int) *wireErr {
+	if e := s.member(); e != nil {
+		return e
+	}
+	if e := s.leaderOnly(); e != nil {
+		return e
+	}
+	return s.protocol(protocol)
+}
+
 // Submit proposes a forwarded request.
 func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 	defer since(keyForwardServe, time.Now())
-	if reply.Err = s.member(); reply.Err != nil {
-		return nil
-	}
-	if reply.Err = s.leaderOnly(); reply.Err != nil {
-		return nil
-	}
-	if reply.Err = s.protocol(args.Protocol); reply.Err != nil {
+	if reply.Err = s.admitWrite(args.Protocol); reply.Err != nil {
 		return nil
 	}
 	reqs, err := fsm.DecodeEntry(args.Entry)

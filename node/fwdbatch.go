@@ -278,13 +278,7 @@ func submitOutcome(addr string, reply *wire.SubmitReply) outcome {
 // answers each as Submit would.
 func (s *rpcService) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatchReply) error {
 	defer since(keyForwardServe, time.Now())
-	if reply.Err = s.member(); reply.Err != nil {
-		return nil
-	}
-	if reply.Err = s.leaderOnly(); reply.Err != nil {
-		return nil
-	}
-	if reply.Err = s.protocol(args.Protocol); reply.Err != nil {
+	if reply.Err = s.admitWrite(args.Protocol); reply.Err != nil {
 		return nil
 	}
 	reqs, err := fsm.DecodeEntry(args.Entry)

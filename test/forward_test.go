@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,9 @@ import (
 // travel to the leader in shared SubmitBatch calls (node/fwdbatch.go),
 // and each caller still gets its own answer: every write succeeds, no
 // value has two owners, and the leader holds exactly what was answered.
+// Each write to the forwarding connection takes 5 ms here, so the writes
+// that arrive while a call is being sent wait for the next, whatever the
+// machine's speed.
 func TestForwardedWritesShareCalls(t *testing.T) {
 	sink := gometrics.NewInmemSink(time.Hour, 2*time.Hour)
 	conf := gometrics.DefaultConfig("rangealloc")
@@ -26,7 +30,16 @@ func TestForwardedWritesShareCalls(t *testing.T) {
 	t.Cleanup(func() { _, _ = gometrics.NewGlobal(conf, &gometrics.BlackholeSink{}) })
 
 	ctx := ctxT(t, 60*time.Second)
-	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		dial := cfg.DialRPC
+		cfg.DialRPC = func(addr string, timeout time.Duration) (net.Conn, error) {
+			conn, err := dial(addr, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return slowWrites{conn}, nil
+		}
+	}})
 	l := waitPools(t, c)
 	f := follower(c, l)
 	const callers, each = 32, 4
@@ -70,4 +83,12 @@ func TestForwardedWritesShareCalls(t *testing.T) {
 	}
 	require.EqualValues(t, callers*each, writes, "every forwarded write rode a batch")
 	assert.Less(t, calls, writes/2, "%v calls carried %v writes: 32 callers at once should share calls", calls, writes)
+}
+
+// slowWrites is a connection whose every write takes 5 ms longer.
+type slowWrites struct{ net.Conn }
+
+func (c slowWrites) Write(p []byte) (int, error) {
+	time.Sleep(5 * time.Millisecond)
+	return c.Conn.Write(p)
 }
