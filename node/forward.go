@@ -92,6 +92,13 @@ func (f *forwarder) client(addr string) (*rpcClient, error) {
 	return c, nil
 }
 
+// current returns the client of addr, nil if none is open.
+func (f *forwarder) current(addr string) *rpcClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clients[addr]
+}
+
 func (f *forwarder) drop(addr string, c *rpcClient) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

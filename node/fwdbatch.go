@@ -70,7 +70,10 @@ type fwdBatcher struct {
 	// mu guards the following
 	queue   []*fwdItem
 	running bool // a sender goroutine runs
-	legacy  bool // the leader answered that it has no SubmitBatch
+	// legacyOn is the client whose leader answered that it has no
+	// SubmitBatch. It holds while that connection does: a leader that
+	// restarts, upgraded, is asked again on the next.
+	legacyOn *rpcClient
 }
 
 // batcher returns the batcher of a leader address.
@@ -120,8 +123,11 @@ func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request)
 func (b *fwdBatcher) enqueue(it *fwdItem) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.legacy {
-		return false
+	if b.legacyOn != nil {
+		if b.n.fwd.current(b.addr) == b.legacyOn {
+			return false
+		}
+		b.legacyOn = nil
 	}
 	select {
 	case <-b.n.shutdown:
@@ -189,11 +195,6 @@ func (b *fwdBatcher) run() {
 // send makes one SubmitBatch call for batch, and leaves a goroutine to
 // answer each write when it returns.
 func (b *fwdBatcher) send(batch []*fwdItem) {
-	answer := func(o outcome) {
-		for _, it := range batch {
-			it.done <- o
-		}
-	}
 	reqs := make([]*fsm.Request, len(batch))
 	for i, it := range batch {
 		reqs[i] = it.req
@@ -218,7 +219,7 @@ func (b *fwdBatcher) send(batch []*fwdItem) {
 	metrics.AddSample(keyForwardBatch, float32(len(batch)))
 	p, err := b.n.fwd.send(b.addr, "SubmitBatch", args, &reply)
 	if err != nil {
-		answer(outcome{err: fmt.Errorf("forward to leader %s: %w", b.addr, err), definite: true})
+		answerAll(batch, outcome{err: fmt.Errorf("forward to leader %s: %w", b.addr, err), definite: true})
 		return
 	}
 	b.mu.Lock()
@@ -231,15 +232,11 @@ func (b *fwdBatcher) send(batch []*fwdItem) {
 
 // answer waits for a batch's call and answers each of its writes.
 func (b *fwdBatcher) answer(batch []*fwdItem, p *pending, reply *wire.SubmitBatchReply) {
-	answer := func(o outcome) {
-		for _, it := range batch {
-			it.done <- o
-		}
-	}
+	answer := func(o outcome) { answerAll(batch, o) }
 	done := <-p.call.Done
 	if done.Error != nil && strings.Contains(done.Error.Error(), "rpc: can't find method") {
 		b.mu.Lock()
-		b.legacy = true
+		b.legacyOn = p.c
 		b.mu.Unlock()
 		answer(outcome{err: errNoBatch, definite: true})
 		return
@@ -258,6 +255,13 @@ func (b *fwdBatcher) answer(batch []*fwdItem, p *pending, reply *wire.SubmitBatc
 	}
 	for i, it := range batch {
 		it.done <- submitOutcome(b.addr, &reply.Results[i])
+	}
+}
+
+// answerAll gives every write of a batch the same outcome.
+func answerAll(batch []*fwdItem, o outcome) {
+	for _, it := range batch {
+		it.done <- o
 	}
 }
 

@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"net"
+	"net/rpc"
+	"testing"
+	"time"
+
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// oldLeader serves Submit only, as a leader of a release before
+// SubmitBatch does.
+type oldLeader struct{}
+
+func (oldLeader) Submit(args *wire.SubmitArgs, reply *wire.SubmitReply) error {
+	reply.Result = fsm.EncodeResult(&fsm.Result{Created: true})
+	return nil
+}
+
+// newLeader serves SubmitBatch too.
+type newLeader struct{ oldLeader }
+
+func (newLeader) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatchReply) error {
+	reqs, err := fsm.DecodeEntry(args.Entry)
+	if err != nil {
+		return err
+	}
+	reply.Results = make([]wire.SubmitReply, len(reqs))
+	for i := range reqs {
+		reply.Results[i].Result = fsm.EncodeResult(&fsm.Result{Created: true})
+	}
+	return nil
+}
+
+// serveFake serves rcvr as "Node" on addr ("" for a free port) until the
+// test ends or stop is called, which also closes its connections.
+func serveFake(t *testing.T, addr string, rcvr any) (string, func()) {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := rpc.NewServer()
+	require.NoError(t, srv.RegisterName("Node", rcvr))
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+			go srv.ServeConn(c)
+		}
+	}()
+	stop := func() {
+		l.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return l.Addr().String(), stop
+}
+
+// TestBatcherOlderLeader: a leader without SubmitBatch answers a batch
+// with net/rpc's "can't find method", a definite failure (nothing was
+// proposed) that sends the writes one by one while that connection
+// lasts; once the leader restarts (upgraded), the next write is batched
+// again.
+func TestBatcherOlderLeader(t *testing.T) {
+	addr, stop := serveFake(t, "", oldLeader{})
+	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
+	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
+	b := n.batcher(addr)
+	write := func() outcome {
+		it := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1)}
+		require.True(t, b.enqueue(it), "batched")
+		select {
+		case o := <-it.done:
+			return o
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer")
+		}
+		return outcome{}
+	}
+
+	o := write()
+	require.ErrorIs(t, o.err, errNoBatch)
+	assert.True(t, o.definite, "a call the leader does not have proposed nothing")
+	assert.False(t, b.enqueue(&fwdItem{done: make(chan outcome, 1)}), "the same connection: one Submit per write")
+	var reply wire.SubmitReply
+	_, err := n.fwd.call(context.Background(), addr, "Submit", &wire.SubmitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "w"}})}, &reply, nil)
+	require.NoError(t, err, "Submit works on the older leader")
+
+	stop() // the leader restarts, upgraded, on the same address
+	serveFake(t, addr, newLeader{})
+	_, err = n.fwd.call(context.Background(), addr, "Submit", &wire.SubmitArgs{}, &reply, nil)
+	require.Error(t, err, "the old connection broke; the forwarder drops it")
+	o = write()
+	require.NoError(t, o.err, "a new connection asks for SubmitBatch again")
+	assert.True(t, o.res.Created)
+}
+
+// TestBatcherAbandon: a write its caller gives up while it waits in the
+// queue was never sent, a definite failure; one the sender has taken may
+// have reached the leader, an unknown outcome. The sender skips the
+// first and still answers the second.
+func TestBatcherAbandon(t *testing.T) {
+	addr, _ := serveFake(t, "", newLeader{})
+	release := make(chan struct{})
+	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) {
+			<-release // the sender is held in its first dial
+			return net.DialTimeout("tcp", a, d)
+		})}
+	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
+	b := n.batcher(addr)
+	item := func() *fwdItem {
+		return &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1)}
+	}
+	taken, queued := item(), item()
+	require.True(t, b.enqueue(taken))
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return taken.state == itemSent
+	}, 5*time.Second, time.Millisecond, "the sender takes the first write")
+	require.True(t, b.enqueue(queued))
+
+	o := b.abandon(queued, context.Canceled)
+	assert.True(t, o.definite, "a write still queued was never sent: %v", o.err)
+	o = b.abandon(taken, context.Canceled)
+	assert.False(t, o.definite, "a write the sender took may have been sent: %v", o.err)
+
+	close(release)
+	select {
+	case o := <-taken.done:
+		require.NoError(t, o.err, "the taken write is still answered")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer for the taken write")
+	}
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.running && len(b.queue) == 0
+	}, 5*time.Second, time.Millisecond, "the sender skips the abandoned write and stops")
+	assert.Empty(t, queued.done, "the abandoned write was not sent")
+}
