@@ -361,6 +361,12 @@ func decodeBody(body []byte, v any, optional bool) error {
 	if tr, ok := v.(*TxnRequest); ok && tr.Ops == nil && wire.DecodeTxnRequest(body, tr) {
 		return nil
 	}
+	return decodeStrict(body, v)
+}
+
+// decodeStrict decodes body, one object with no unknown field, into v
+// with encoding/json.
+func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

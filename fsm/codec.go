@@ -74,44 +74,40 @@ func (d *decoder) u64() uint64 {
 	return v
 }
 
-// str reads a string of at most max bytes.
-func (d *decoder) str(max int) string {
+// raw reads a string's bytes, at most max of them. ok is false on a
+// failure, and when the decoder only checks (no string is made then).
+func (d *decoder) raw(max int) (b []byte, ok bool) {
 	n := d.uvarint()
 	if d.err != nil {
-		return ""
+		return nil, false
 	}
 	if n > uint64(max) || n > uint64(len(d.b)) {
 		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
+		return nil, false
+	}
+	b, d.b = d.b[:n], d.b[n:]
+	return b, !d.check
+}
+
+// str reads a string of at most max bytes.
+func (d *decoder) str(max int) string {
+	b, ok := d.raw(max)
+	if !ok {
 		return ""
 	}
-	var s string
-	if !d.check {
-		s = string(d.b[:n])
-	}
-	d.b = d.b[n:]
-	return s
+	return string(b)
 }
 
 // strLike is str, returning prev itself when the string equals it.
 func (d *decoder) strLike(max int, prev string) string {
-	n := d.uvarint()
-	if d.err != nil {
+	b, ok := d.raw(max)
+	if !ok {
 		return ""
 	}
-	if n > uint64(max) || n > uint64(len(d.b)) {
-		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
-		return ""
+	if string(b) == prev {
+		return prev
 	}
-	var s string
-	if !d.check {
-		if b := d.b[:n]; string(b) == prev {
-			s = prev
-		} else {
-			s = string(b)
-		}
-	}
-	d.b = d.b[n:]
-	return s
+	return string(b)
 }
 
 // sharedValuesFrom is the number of operations from which a transaction's
@@ -122,24 +118,15 @@ const sharedValuesFrom = 16
 // *shared, data as a string, made on first use, instead of a copy of its
 // own.
 func (d *decoder) strShared(max int, data []byte, shared *string) string {
-	n := d.uvarint()
-	if d.err != nil {
+	b, ok := d.raw(max)
+	if !ok || len(b) == 0 {
 		return ""
 	}
-	if n > uint64(max) || n > uint64(len(d.b)) {
-		d.fail("string of %d bytes (limit %d, %d left)", n, max, len(d.b))
-		return ""
+	if *shared == "" {
+		*shared = string(data)
 	}
-	var s string
-	if !d.check && n > 0 {
-		if *shared == "" {
-			*shared = string(data)
-		}
-		start := len(data) - len(d.b)
-		s = (*shared)[start : start+int(n)]
-	}
-	d.b = d.b[n:]
-	return s
+	end := len(data) - len(d.b)
+	return (*shared)[end-len(b) : end]
 }
 
 func (d *decoder) bool() bool { return d.u8() != 0 }

@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
-	"go.etcd.io/bbolt"
 )
 
 // ErrRecoverRefused matches every refusal of Recover: the data directory
@@ -338,30 +337,15 @@ func keptNodeID(dir string) (string, error) {
 }
 
 // notInUse refuses a data directory whose raft.db, or wal metadata file,
-// a running node holds (bbolt locks the file for as long as it is open).
-// A log store that is
-// missing or does not open is left to checkStorage, which names what is
-// wrong; it runs only once this check passed, as it removes temp files
-// a running node may be writing.
-func notInUse(dir string) (err error) {
-	if err := walInUse(dir); errors.Is(err, errWALInUse) {
-		return fmt.Errorf("%w: %s is in use: a node is running on %s; stop it first", ErrRecoverRefused, filepath.Join(dir, walDir), dir)
-	}
-	path := filepath.Join(dir, boltFile)
-	if _, err := os.Stat(path); err != nil {
-		return nil
-	}
-	defer func() {
-		if recover() != nil { // a damaged file: checkStorage says how
-			err = nil
+// a running node holds (boltInUse). A log store that is missing or does
+// not open is left to checkStorage, which names what is wrong; it runs
+// only once this check passed, as it removes temp files a running node
+// may be writing.
+func notInUse(dir string) error {
+	for _, path := range []string{walMetaPath(dir), filepath.Join(dir, boltFile)} {
+		if boltInUse(path) {
+			return fmt.Errorf("%w: %s is in use: a node is running on %s; stop it first", ErrRecoverRefused, path, dir)
 		}
-	}()
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 500 * time.Millisecond})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return fmt.Errorf("%w: %s is in use: a node is running on %s; stop it first", ErrRecoverRefused, path, dir)
-	}
-	if err == nil {
-		db.Close()
 	}
 	return nil
 }

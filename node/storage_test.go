@@ -114,21 +114,28 @@ func TestStorageDamageRefused(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, old := damagedDir(t)
 			c.damage(t, cfg.DataDir, old)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			n, err := Open(ctx, cfg)
-			if err == nil {
-				n.Close()
-			}
-			require.ErrorIs(t, err, ErrStorage, "Open(%s) = %v, want a StorageError", c.name, err)
-			var se *StorageError
-			require.ErrorAs(t, err, &se)
-			assert.Contains(t, se.Path, c.path)
-			assert.Contains(t, se.Problem, c.says)
-			assert.Contains(t, err.Error(), "refusing to start")
-			assert.Contains(t, err.Error(), "--join", "the message gives the way out")
+			requireStartRefused(t, cfg, c.path, c.says)
 		})
 	}
+}
+
+// requireStartRefused opens a node on cfg and requires a StorageError that
+// names path and says says, and the way out.
+func requireStartRefused(t *testing.T, cfg Config, path, says string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	if err == nil {
+		n.Close()
+	}
+	require.ErrorIs(t, err, ErrStorage, "Open = %v, want a StorageError", err)
+	var se *StorageError
+	require.ErrorAs(t, err, &se)
+	assert.Contains(t, se.Path, path, "%v", err)
+	assert.Contains(t, se.Problem, says)
+	assert.Contains(t, err.Error(), "refusing to start")
+	assert.Contains(t, err.Error(), "--join", "the message gives the way out")
 }
 
 func TestStorageHealthyRestart(t *testing.T) {

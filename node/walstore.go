@@ -98,26 +98,35 @@ func (s *walStore) Close() error {
 var errWALInUse = errors.New("in use by another process")
 
 // walInUse refuses dir's wal when another process (a running node) holds
-// its metadata file; bbolt locks it for as long as it is open. A missing
-// or damaged file is left to checkWAL.
-func walInUse(dir string) (err error) {
-	path := filepath.Join(dir, walDir, metadb.FileName)
+// its metadata file. A missing or damaged file is left to checkWAL.
+func walInUse(dir string) error {
+	path := walMetaPath(dir)
+	if boltInUse(path) {
+		return fmt.Errorf("open %s: %w (is another node using %s?)", path, errWALInUse, dir)
+	}
+	return nil
+}
+
+// walMetaPath is the path of dir's wal metadata file.
+func walMetaPath(dir string) string { return filepath.Join(dir, walDir, metadb.FileName) }
+
+// boltInUse reports whether another process holds the bolt file at path
+// open: bbolt locks a file for as long as it is open. A missing, empty or
+// damaged file is not in use; checkStorage says what is wrong with it.
+func boltInUse(path string) (inUse bool) {
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
-		return nil
+		return false
 	}
 	defer func() {
 		if recover() != nil {
-			err = nil
+			inUse = false
 		}
 	}()
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 500 * time.Millisecond})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return fmt.Errorf("open %s: %w (is another node using %s?)", path, errWALInUse, dir)
-	}
 	if err == nil {
 		db.Close()
 	}
-	return nil
+	return errors.Is(err, bbolt.ErrTimeout)
 }
 
 // walMissing says what is missing of dir's wal ("" if nothing) and the

@@ -94,18 +94,7 @@ func TestStorageDamageRefusedWAL(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, old := damagedDirOf(t, LogStoreWAL)
 			c.damage(t, cfg.DataDir, old)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			n, err := Open(ctx, cfg)
-			if err == nil {
-				n.Close()
-			}
-			require.ErrorIs(t, err, ErrStorage, "Open(%s) = %v, want a StorageError", c.name, err)
-			var se *StorageError
-			require.ErrorAs(t, err, &se)
-			assert.Contains(t, se.Path, c.path, "%v", err)
-			assert.Contains(t, se.Problem, c.says)
-			assert.Contains(t, err.Error(), "--join", "the message gives the way out")
+			requireStartRefused(t, cfg, c.path, c.says)
 		})
 	}
 }

@@ -69,13 +69,7 @@ func BenchmarkLatencyBudget(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			sink := gometrics.NewInmemSink(time.Hour, 2*time.Hour)
-			conf := gometrics.DefaultConfig("rangealloc")
-			conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
-			if _, err := gometrics.NewGlobal(conf, sink); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _, _ = gometrics.NewGlobal(conf, &gometrics.BlackholeSink{}) })
+			sink := inmemMetrics(b)
 			lats := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
@@ -105,6 +99,20 @@ func BenchmarkLatencyBudget(b *testing.B) {
 // table's pipeline adds a goroutine hand-off per AppendEntries.
 func productionTransport(cfg *node.Config) {
 	cfg.WrapTransport, cfg.DialRPC = nil, nil
+}
+
+// inmemMetrics sends the process's go-metrics (the node's stage timings
+// and hashicorp/raft's) to an in-memory sink until tb ends, under the
+// names the server exports ("rangealloc." and the key).
+func inmemMetrics(tb testing.TB) *gometrics.InmemSink {
+	sink := gometrics.NewInmemSink(time.Hour, 2*time.Hour)
+	conf := gometrics.DefaultConfig("rangealloc")
+	conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
+	if _, err := gometrics.NewGlobal(conf, sink); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _, _ = gometrics.NewGlobal(conf, &gometrics.BlackholeSink{}) })
+	return sink
 }
 
 // budgetStages are the timings BenchmarkLatencyBudget reports, by the

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
@@ -22,12 +21,7 @@ import (
 // that arrive while a call is being sent wait for the next, whatever the
 // machine's speed.
 func TestForwardedWritesShareCalls(t *testing.T) {
-	sink := gometrics.NewInmemSink(time.Hour, 2*time.Hour)
-	conf := gometrics.DefaultConfig("rangealloc")
-	conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
-	_, err := gometrics.NewGlobal(conf, sink)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = gometrics.NewGlobal(conf, &gometrics.BlackholeSink{}) })
+	sink := inmemMetrics(t)
 
 	ctx := ctxT(t, 60*time.Second)
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
