@@ -30,57 +30,83 @@ func BenchmarkEmbeddedAllocate(b *testing.B) {
 	}{{1, 1, dflt}, {16, 1, dflt}, {16, 1, 0}, {64, 1, dflt}, {64, 1, 0}, {64, 64, 0}} {
 		callers, inflight, wait := tc.callers, tc.inflight, tc.wait
 		b.Run(fmt.Sprintf("callers=%d/inflight=%d/wait=%v", callers, inflight, wait), func(b *testing.B) {
-			var entries, requests atomic.Int64
-			c := cluster.New(b, 3, cluster.Options{Pools: []node.PoolSpec{{Name: "ip", Range: "10.96.0.0/12"}},
-				Tune: func(cfg *node.Config) {
-					cfg.MaxInflight, cfg.BatchWait = inflight, wait
-					cfg.OnCommit = func(n int, _ time.Duration) { entries.Add(1); requests.Add(int64(n)) }
-				}})
-			l := c.Leader()
-			ctx := context.Background()
-			for {
-				if _, err := l.Node.Pool(ctx, node.Leader, "ip"); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			lats := make([][]time.Duration, callers)
-			per := b.N/callers + 1
-			entries.Store(0)
-			requests.Store(0)
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for i := 0; i < callers; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					owner := fmt.Sprintf("caller-%d", i)
-					for j := 0; j < per; j++ {
-						t0 := time.Now()
-						if _, err := l.Node.Allocate(ctx, "ip", "", owner, 0, ""); err != nil {
-							b.Error(err)
-							return
-						}
-						lats[i] = append(lats[i], time.Since(t0))
-					}
-				}(i)
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			var all []time.Duration
-			for _, l := range lats {
-				all = append(all, l...)
-			}
-			sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-			b.ReportMetric(float64(len(all))/elapsed.Seconds(), "allocs/s")
-			b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(entries.Load())/elapsed.Seconds(), "entries/s")
-			b.ReportMetric(float64(requests.Load())/float64(max(entries.Load(), 1)), "reqs/entry")
+			embeddedAllocate(b, callers, func(cfg *node.Config) { cfg.MaxInflight, cfg.BatchWait = inflight, wait },
+				func(c *cluster.Cluster, _ int) *cluster.Member { return c.Leader() })
 		})
 	}
+}
+
+// BenchmarkEmbeddedAllNodes is the embedded API as control planes use
+// it, each calling the node it embeds: callers spread over all three
+// nodes (two in three forwarded by a follower), with the server's
+// transport and defaults. It is the counterpart of etcd's Go client over
+// its members, in the same process (etcdalloc -members 3 -mode put -c N);
+// the log store is RANGEALLOC_TEST_LOG_STORE's, bolt by default.
+func BenchmarkEmbeddedAllNodes(b *testing.B) {
+	for _, callers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			embeddedAllocate(b, callers, productionTransport,
+				func(c *cluster.Cluster, i int) *cluster.Member { return c.Members[i%len(c.Members)] })
+		})
+	}
+}
+
+// embeddedAllocate runs b.N dynamic allocations from callers goroutines,
+// caller i on the node pick gives it, and reports allocations/s, p50 and
+// p99 latency, entries/s and requests per entry.
+func embeddedAllocate(b *testing.B, callers int, tune func(*node.Config), pick func(*cluster.Cluster, int) *cluster.Member) {
+	var entries, requests atomic.Int64
+	c := cluster.New(b, 3, cluster.Options{Pools: []node.PoolSpec{{Name: "ip", Range: "10.96.0.0/12"}},
+		Tune: func(cfg *node.Config) {
+			tune(cfg)
+			cfg.OnCommit = func(n int, _ time.Duration) { entries.Add(1); requests.Add(int64(n)) }
+		}})
+	ctx := context.Background()
+	c.Leader()
+	for _, m := range c.Members { // every node has applied the pool
+		for {
+			if _, err := m.Node.Pool(ctx, node.Stale, "ip"); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	lats := make([][]time.Duration, callers)
+	per := b.N/callers + 1
+	entries.Store(0)
+	requests.Store(0)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			n := pick(c, i).Node
+			owner := fmt.Sprintf("caller-%d", i)
+			for j := 0; j < per; j++ {
+				t0 := time.Now()
+				if _, err := n.Allocate(ctx, "ip", "", owner, 0, ""); err != nil {
+					b.Error(err)
+					return
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "allocs/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(entries.Load())/elapsed.Seconds(), "entries/s")
+	b.ReportMetric(float64(requests.Load())/float64(max(entries.Load(), 1)), "reqs/entry")
 }
 
 // BenchmarkRestart1M fills a single node with 1,000,000 allocations, each
