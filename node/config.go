@@ -106,9 +106,10 @@ type Config struct {
 	// default, 1, packs the most requests per fsync; see docs/PERFORMANCE.md.
 	MaxInflight int
 	// BatchWait bounds how long the leader holds an entry open for the
-	// callers of the entry resolved last to come back (see fill); the wait
-	// never exceeds the last entry's round either. 0 sends whatever is
-	// waiting at once.
+	// callers of the entry resolved last to come back (see fill), and how
+	// long a follower holds a forwarded batch open for the callers of its
+	// call answered last (see gather). Neither wait exceeds the last
+	// entry's round or call either. 0 sends whatever is waiting at once.
 	BatchWait time.Duration
 	// RetryInterval is how long a call waits between attempts while there
 	// is no leader or the leader is unreachable.

@@ -64,7 +64,7 @@ us() { # a duration column in µs
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "n/a" }'; }
 check() { awk -v r="$1" -v t="$2" -v dir="${3:-ge}" 'BEGIN{ ok = (dir == "ge") ? (r >= t) : (r <= t); print (ok ? "met" : "NOT met") }'; }
 
-echo "rangealloc $("$BIN" version 2>/dev/null | head -1); store $STORE; $ROUNDS round(s) of about two minutes"
+echo "$("$BIN" version 2>/dev/null | head -1); store $STORE; $ROUNDS round(s) of about two minutes"
 for round in $(seq "$ROUNDS"); do
   start=$SECONDS
   echo "== round $round: etcd"
@@ -88,7 +88,7 @@ for round in $(seq "$ROUNDS"); do
 
   r1=$(col "$a1" 4); r16=$(col "$a16" 4); r64=$(col "$a64" 4); values=$(col "$cnt" 5)
   cpuA=$(us "$a64" 11); cpuH=$(us "$h64" 11)
-  echo "   allocate 1/16/64: $r1 (p50 $(col "$a1" 6)) / $r16 / $r64 per s; health at 64: CPU/OP ${cpuH}µs; count 4096: $values values/s"
+  echo "   allocate 1/16/64: $r1 (p50 $(awk '{print $6}' <<<"$a1")) / $r16 / $r64 per s; health at 64: CPU/OP ${cpuH}µs; count 4096: $values values/s"
   echo
   echo "| round $round ($STORE, $((SECONDS - start)) s) | ratio | target | |"
   echo "|---|---:|---:|---|"

@@ -130,7 +130,7 @@ directory while the node is a voter of an existing cluster. See docs/OPERATIONS.
 		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
 	fl.Var((*byteSize)(&f.tuning.WALSegmentSize), "wal-segment-size", "with --log-store wal: the size of its segment files (tests)")
 	_ = fl.MarkHidden("wal-segment-size")
-	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open for the callers it just answered to ask again (never longer than the last entry took); 0 sends at once (advanced)")
+	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open, and a follower a batch of forwarded writes, for the callers it just answered to ask again (never longer than the last entry or call took); 0 sends at once (advanced)")
 	return cmd
 }
 
