@@ -10,13 +10,16 @@
 #   ETCDALLOC=/path/to/etcdalloc scripts/perf-round.sh              # 3 rounds, bolt
 #   ETCDALLOC=/path/to/etcdalloc STORE=wal ROUNDS=1 scripts/perf-round.sh
 #
-# ETCDALLOC is the etcd baseline program (`-members 3 -mode put|cas -c N -n OPS`,
-# printing rate=N/s), a binary or a Go source directory to build it from.
+# BIN, when given, is the rangealloc binary to measure; otherwise this
+# checkout is built into bin/rangealloc first. ETCDALLOC is the etcd
+# baseline program (`-members 3 -mode put|cas -c N -n OPS`, printing
+# rate=N/s), a binary or a Go source directory to build it from.
 # Nothing else may run on the machine meanwhile: the servers, the load
 # generator and etcd share its CPUs, and the ratios are only as good as
 # the quiet they were measured in. A round takes about two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=${BIN:+no}
 BIN=${BIN:-bin/rangealloc}
 STORE=${STORE:-bolt}
 ROUNDS=${ROUNDS:-3}
@@ -32,7 +35,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[ -x "$BIN" ] || { echo "building $BIN"; make -s build BIN="$BIN"; }
+if [ -z "$build" ]; then # measure this checkout, not an older build
+  echo "building $BIN"; make -s build BIN="$BIN"
+fi
 if [ -d "$ETCDALLOC" ]; then
   echo "building etcdalloc from $ETCDALLOC"
   (cd "$ETCDALLOC" && go build -o "$work/etcdalloc" .)
