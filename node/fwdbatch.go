@@ -16,11 +16,15 @@ import (
 )
 
 // A follower forwards its writes to the leader in batches, the way the
-// leader packs them into entries: one SubmitBatch call carries every
-// write that arrived while the previous call to that leader was being
-// sent, so a busy follower makes one call, one gob envelope and two
-// syscalls per batch instead of per write. A lone write is sent at once,
-// and no write waits for an earlier call's answer.
+// leader packs them into entries (batchLoop and fill in apply.go): one
+// SubmitBatch call carries every write waiting, so a busy follower makes
+// one call, one gob envelope and two syscalls per batch instead of per
+// write. No write waits for an earlier call's answer. Like the leader, the
+// sender expects back the callers of the call answered last (plus the
+// writes waiting then) and holds a batch open until they are there, at
+// most the last call's time and never longer than BatchWait: without it,
+// callers coming back one by one find the sender idle and go one per call.
+// A lone caller is not held (nobody else is expected).
 //
 //	callers ─▶ queue ─▶ sender (runs while the queue holds any) ─▶ leader
 //	   ▲                                                           │
@@ -44,8 +48,9 @@ var errNoBatch = errors.New("the leader has no SubmitBatch")
 
 // fwdItem is one write waiting for, or riding, a forwarded batch.
 type fwdItem struct {
-	req  *fsm.Request
-	done chan outcome // buffered 1
+	req    *fsm.Request
+	done   chan outcome // buffered 1
+	queued time.Time
 	// state and sent are guarded by the batcher's mu. sent is the call it
 	// rides once state is itemSent.
 	state itemState
@@ -70,10 +75,17 @@ type fwdBatcher struct {
 	// mu guards the following
 	queue   []*fwdItem
 	running bool // a sender goroutine runs
+	// expect is how many writes the sender waits for before it sends:
+	// those of the call answered last, and those queued then. hold bounds
+	// the wait: the last call's time, at most BatchWait.
+	expect int
+	hold   time.Duration
 	// legacyOn is the client whose leader answered that it has no
 	// SubmitBatch. It holds while that connection does: a leader that
 	// restarts, upgraded, is asked again on the next.
 	legacyOn *rpcClient
+
+	more chan struct{} // buffered 1: a write was queued
 }
 
 // batcher returns the batcher of a leader address.
@@ -82,7 +94,7 @@ func (n *Node) batcher(addr string) *fwdBatcher {
 	defer n.fwdMu.Unlock()
 	b := n.batchers[addr]
 	if b == nil {
-		b = &fwdBatcher{n: n, addr: addr}
+		b = &fwdBatcher{n: n, addr: addr, more: make(chan struct{}, 1)}
 		n.batchers[addr] = b
 	}
 	return b
@@ -94,7 +106,7 @@ func (n *Node) forwardSubmit(ctx context.Context, addr string, req *fsm.Request)
 	start := time.Now()
 	defer since(keyForwardCall, start)
 	b := n.batcher(addr)
-	it := &fwdItem{req: req, done: make(chan outcome, 1)}
+	it := &fwdItem{req: req, done: make(chan outcome, 1), queued: start}
 	if !b.enqueue(it) {
 		return n.forwardSubmitOne(ctx, addr, req)
 	}
@@ -138,6 +150,11 @@ func (b *fwdBatcher) enqueue(it *fwdItem) bool {
 	if !b.running {
 		b.running = true
 		b.n.goFunc(b.run)
+	} else if len(b.queue) >= b.expect {
+		select {
+		case b.more <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }
@@ -163,12 +180,14 @@ func (b *fwdBatcher) abandon(it *fwdItem, err error) outcome {
 }
 
 // run sends what the queue holds, as one call, until it is empty. It
-// does not wait for a call's answer (a goroutine per call does): writes
-// that arrive while a call is in flight go at once, so the leader's group
-// commit sees them as soon as it would have without forwarding, and the
-// writes that arrive while one call is being written share the next.
+// does not wait for a call's answer (a goroutine per call does): the
+// writes that arrive while a call is in flight go in the next call as
+// soon as the callers expected back are there (see gather), so the
+// leader's group commit sees them in time for the entry they would have
+// ridden without forwarding.
 func (b *fwdBatcher) run() {
 	for {
+		b.gather()
 		b.mu.Lock()
 		take := min(len(b.queue), maxForwardBatch)
 		batch := make([]*fwdItem, 0, take)
@@ -188,6 +207,41 @@ func (b *fwdBatcher) run() {
 		b.mu.Unlock()
 		if len(batch) > 0 {
 			b.send(batch)
+		}
+	}
+}
+
+// gather waits until the queue holds the writes expected, or the oldest
+// has waited the hold, or it is empty.
+func (b *fwdBatcher) gather() {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		queued, want, hold := len(b.queue), b.expect, b.hold
+		var left time.Duration
+		if queued > 0 {
+			left = hold - time.Since(b.queue[0].queued)
+		}
+		b.mu.Unlock()
+		if queued == 0 || queued >= want || left <= 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-b.more:
+		case <-timer.C:
+			return
+		case <-b.n.shutdown:
+			return
 		}
 	}
 }
@@ -227,13 +281,18 @@ func (b *fwdBatcher) send(batch []*fwdItem) {
 		it.sent = p
 	}
 	b.mu.Unlock()
-	b.n.goFunc(func() { b.answer(batch, p, &reply) })
+	start := time.Now()
+	b.n.goFunc(func() { b.answer(batch, p, &reply, start) })
 }
 
 // answer waits for a batch's call and answers each of its writes.
-func (b *fwdBatcher) answer(batch []*fwdItem, p *pending, reply *wire.SubmitBatchReply) {
+func (b *fwdBatcher) answer(batch []*fwdItem, p *pending, reply *wire.SubmitBatchReply, start time.Time) {
 	answer := func(o outcome) { answerAll(batch, o) }
 	done := <-p.call.Done
+	b.mu.Lock()
+	b.expect = len(batch) + len(b.queue)
+	b.hold = min(time.Since(start), b.n.cfg.BatchWait)
+	b.mu.Unlock()
 	if done.Error != nil && strings.Contains(done.Error.Error(), "rpc: can't find method") {
 		b.mu.Lock()
 		b.legacyOn = p.c

@@ -159,3 +159,73 @@ func TestBatcherAbandon(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the sender skips the abandoned write and stops")
 	assert.Empty(t, queued.done, "the abandoned write was not sent")
 }
+
+// sizedLeader serves SubmitBatch and tells the test how many writes
+// each call carried.
+type sizedLeader struct {
+	newLeader
+	sizes chan int
+}
+
+func (l sizedLeader) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatchReply) error {
+	if err := l.newLeader.SubmitBatch(args, reply); err != nil {
+		return err
+	}
+	l.sizes <- len(reply.Results)
+	return nil
+}
+
+// TestBatcherGathersExpected: the sender holds a batch open for the
+// writes it expects back (those of the call answered last), sends as
+// soon as they are there, and sends what it has once the oldest write
+// has waited the hold. An answered call sets what is expected next.
+func TestBatcherGathersExpected(t *testing.T) {
+	leader := sizedLeader{sizes: make(chan int, 16)}
+	addr, _ := serveFake(t, "", leader)
+	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
+	n.cfg.BatchWait = time.Minute
+	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
+	b := n.batcher(addr)
+	write := func() *fwdItem {
+		it := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1), queued: time.Now()}
+		require.True(t, b.enqueue(it))
+		return it
+	}
+	answered := func(its ...*fwdItem) {
+		t.Helper()
+		for _, it := range its {
+			select {
+			case o := <-it.done:
+				require.NoError(t, o.err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no answer")
+			}
+		}
+	}
+
+	b.mu.Lock()
+	b.expect, b.hold = 3, time.Minute // three callers expected back
+	b.mu.Unlock()
+	first := write()
+	select {
+	case got := <-leader.sizes:
+		t.Fatalf("a call of %d writes went before the expected three were there", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+	second, third := write(), write()
+	require.Equal(t, 3, <-leader.sizes, "the three share one call")
+	answered(first, second, third)
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.expect == 3 && b.hold > 0 && b.hold < time.Minute
+	}, 5*time.Second, time.Millisecond, "the answer sets the next wait: its call's writes, its call's time")
+
+	b.mu.Lock()
+	b.expect, b.hold = 3, 200*time.Millisecond
+	b.mu.Unlock()
+	lone := write()
+	require.Equal(t, 1, <-leader.sizes, "after the hold, what is there goes")
+	answered(lone)
+}
