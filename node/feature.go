@@ -161,7 +161,8 @@ func (n *Node) checkJoinLevel(id, release string, supported int) *fsm.Error {
 }
 
 // raiseOnFounding makes a new cluster's first leader raise the level to
-// what its founders support, retrying while one has not answered yet.
+// what its founders support, retrying while one has not answered yet
+// (until establish's deadline; then finalize-upgrade raises it).
 func (n *Node) raiseOnFounding(ctx context.Context) {
 	for {
 		level, err := n.raiseFeatureLevel(ctx)

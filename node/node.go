@@ -425,9 +425,6 @@ func (n *Node) establish() {
 		}
 	}()
 	n.nameCluster(ctx)
-	if n.bootstrapped {
-		n.raiseOnFounding(ctx)
-	}
 	rows := []fsm.Member{{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}}
 	if n.bootstrapped {
 		for _, p := range n.cfg.Peers {
@@ -463,6 +460,9 @@ func (n *Node) establish() {
 		}
 	}
 	n.ensureServiceNetwork(ctx)
+	// Last: it waits for every founder to answer, and a founder that is
+	// down must not hold up the pools.
+	n.raiseOnFounding(ctx)
 }
 
 // Close shuts the node down. A leader with other voters hands leadership

@@ -42,6 +42,19 @@ func TestNewClusterStartsAtItsLevel(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
+// TestNewClusterWithAFounderDown: a founder that dies before the first
+// leader could ask it which level it supports keeps the cluster at level
+// 1 for now, but does not hold up the rest: the configured pools are
+// created and the two others serve writes, as with any one node down.
+func TestNewClusterWithAFounderDown(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	c.Kill(1) // before the first election (an election timeout away)
+	l := waitPools(t, c)
+	_, err := l.Node.Allocate(ctxT(t, 10*time.Second), "ip", "", "two-founders", 0, "")
+	require.NoError(t, err)
+	assert.Equal(t, 1, l.Node.LocalState().FeatureLevel(), "the silent founder's release is not known")
+}
+
 // TestFinalizeUpgradeWaitsForEveryMember: while one member runs an older
 // release (it says it supports level 1), the cluster stays at level 1: a
 // level-2 kind is refused before it reaches the log, and finalize names
