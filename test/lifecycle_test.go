@@ -80,8 +80,13 @@ func TestFinalizeUpgradeWaitsForEveryMember(t *testing.T) {
 	assert.Equal(t, fsm.CodeVersionMismatch, fe.Code)
 	assert.Contains(t, fe.Message, "n2 (release")
 	assert.Equal(t, []int{1, 1, 1}, levels(c))
-	st, err := f.Node.Cluster()
-	require.NoError(t, err)
+	// The leader learns each member's level from its health probes, once
+	// a second: the pools may be there before the first round.
+	var st node.ClusterStatus
+	require.Eventually(t, func() bool {
+		st, err = f.Node.Cluster()
+		return err == nil && memberOf(t, st, "n2").FeatureLevel != 0
+	}, 10*time.Second, 20*time.Millisecond, "the leader's view of n2, through a follower")
 	assert.Equal(t, 1, st.FeatureLevel)
 	assert.Equal(t, 1, memberOf(t, st, "n2").FeatureLevel, "the leader's view, through a follower")
 
