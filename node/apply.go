@@ -222,7 +222,15 @@ func (n *Node) resolveLoop() {
 			return
 		case in = <-n.inflight:
 		}
-		err := in.future.Error()
+		err := n.wait(in.future)
+		if errors.Is(err, ErrClosed) {
+			// Raft stopped without answering: the entry may be in the
+			// log, so its outcome is unknown.
+			for _, p := range in.batch {
+				p.done <- outcome{err: err}
+			}
+			return
+		}
 		resolved := time.Now()
 		since(keyRaft, in.start)
 		// With one entry in flight (the default), batchLoop waits for the
@@ -255,6 +263,29 @@ func (n *Node) resolveLoop() {
 		}
 		if n.cfg.OnCommit != nil {
 			n.cfg.OnCommit(len(in.batch), time.Since(in.start))
+		}
+	}
+}
+
+// wait returns f's error, or ErrClosed once Raft has stopped without
+// answering f. Raft does not answer every future when it shuts down: not
+// one still in its buffered apply channel (Config.BatchApplyCh), nor a
+// committed entry its state machine goroutine had not taken yet. A
+// goroutine of this node that waited on such a future with Error alone
+// would keep Close waiting forever. The goroutine wait starts to watch f
+// outlives it then, until the process ends.
+func (n *Node) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.raftDown:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ErrClosed
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -113,5 +114,43 @@ func TestResolveExpects(t *testing.T) {
 	case n.slots <- struct{}{}:
 	default:
 		t.Fatal("the entry's slot was not freed")
+	}
+}
+
+// unansweredFuture is an entry Raft never answers: what becomes of one it
+// holds in its buffered apply channel, or has committed but not yet handed
+// to the state machine, when it shuts down.
+type unansweredFuture struct{}
+
+func (unansweredFuture) Error() error          { select {} }
+func (unansweredFuture) Index() uint64         { return 0 }
+func (unansweredFuture) Response() interface{} { return nil }
+
+// TestCloseWithAnUnansweredEntry checks that Close returns although Raft
+// shut down without answering an entry, and that the entry's callers learn
+// its outcome is unknown.
+func TestCloseWithAnUnansweredEntry(t *testing.T) {
+	// Not openReady: its cleanup would call Close again, and wait with it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := Open(ctx, testConfig(t, t.TempDir()))
+	require.NoError(t, err)
+	require.NoError(t, n.WaitForLeader(ctx))
+	p := &proposal{done: make(chan outcome, 1)}
+	n.inflight <- &inflight{future: unansweredFuture{}, batch: []*proposal{p}, start: time.Now()}
+	closed := make(chan error, 1)
+	go func() { closed <- n.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waits for an entry Raft will never answer")
+	}
+	select {
+	case o := <-p.done:
+		assert.ErrorIs(t, o.err, ErrClosed)
+		assert.False(t, o.definite, "the entry may have been committed")
+	default:
+		t.Fatal("the entry's caller was not answered")
 	}
 }

@@ -196,7 +196,7 @@ func (n *Node) handOffForDisk() {
 		return
 	}
 	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", human.Bytes(d.free.Load()))
-	if err := n.raft.LeadershipTransferToServer(to.ID, to.Address).Error(); err != nil {
+	if err := n.wait(n.raft.LeadershipTransferToServer(to.ID, to.Address)); err != nil {
 		n.logger.Warn("leadership hand-off for disk space failed", "to", to.ID, "error", err)
 	}
 }

@@ -160,7 +160,7 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 		}
 	}
 	if inConfig {
-		if err := n.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+		if err := n.wait(n.raft.RemoveServer(raft.ServerID(id), 0, 0)); err != nil {
 			return fmt.Errorf("remove server %s: %w", id, err)
 		}
 		n.logger.Info("removed member", "id", id)
@@ -193,7 +193,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 			if s.Suffrage != raft.Voter {
 				return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf("member %q is not a voter: only a voter can lead", id)}
 			}
-			return n.raft.LeadershipTransferToServer(s.ID, s.Address).Error()
+			return n.wait(n.raft.LeadershipTransferToServer(s.ID, s.Address))
 		}
 		if id != "" {
 			return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
@@ -201,7 +201,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 		if others == 0 {
 			return &fsm.Error{Code: fsm.CodeLastVoter, Op: -1, Message: "no other voter to hand leadership to"}
 		}
-		return n.raft.LeadershipTransfer().Error()
+		return n.wait(n.raft.LeadershipTransfer())
 	})
 }
 

@@ -375,7 +375,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
 				"(rangealloc cluster remove %s), then join the node again", m.ID, mine, m.RaftAddr, m.ID)}
 	case cur == nil:
-		if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0).Error(); err != nil {
+		if err := n.wait(n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
 			return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 		}
 		n.logger.Info("added a non-voter; it becomes a voter once it has caught up", "id", m.ID, "raft", m.RaftAddr)
@@ -384,7 +384,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 		if cur.Suffrage == raft.Voter {
 			add = n.raft.AddVoter
 		}
-		if err := add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0).Error(); err != nil {
+		if err := n.wait(add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
 			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
 		}
 	}

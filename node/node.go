@@ -83,7 +83,10 @@ type Node struct {
 	// disk is what this node last read of its disk (disk.go).
 	disk diskWatch
 
-	shutdown  chan struct{}
+	shutdown chan struct{}
+	// raftDown is closed once Raft has stopped: a future it has not
+	// answered by then it never will (see wait).
+	raftDown  chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -118,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
 		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
 		slots:  make(chan struct{}, cfg.MaxInflight),
-		notify: make(chan bool, 64), shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{}}
+		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{}}
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
@@ -401,7 +404,7 @@ func (n *Node) leaderLoop() {
 				continue
 			}
 			n.logger.Info("became leader; applying an entry of this term before serving reads")
-			if err := n.raft.Apply(fsm.EncodeBatch(nil), 0).Error(); err != nil {
+			if err := n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
 				n.logger.Warn("first entry of the term failed", "error", err)
 				continue
 			}
@@ -490,6 +493,7 @@ func (n *Node) close(handover bool) error {
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.closeErr = err
 		}
+		close(n.raftDown)
 		n.closeResources()
 		n.wg.Wait()
 		n.logger.Info("node stopped")

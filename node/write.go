@@ -136,7 +136,7 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 func (n *Node) restoreOnLeader(b *fsm.Backup) error {
 	// The member table must be the cluster's latest: a barrier makes the
 	// state machine apply everything committed before it is read.
-	if err := n.raft.Barrier(0).Error(); err != nil {
+	if err := n.wait(n.raft.Barrier(0)); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
@@ -159,7 +159,7 @@ func (n *Node) restoreOnLeader(b *fsm.Backup) error {
 	// The backup's header carries the index of the cluster it came from.
 	// An empty entry makes the state machine's applied index this log's
 	// again, which linearizable reads wait on.
-	return n.raft.Apply(fsm.EncodeBatch(nil), 0).Error()
+	return n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0))
 }
 
 // ctxReader reads from r until ctx ends.
