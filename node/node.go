@@ -128,6 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		if n.raft != nil {
 			_ = n.raft.Shutdown().Error()
 		}
+		close(n.raftDown)
 		n.closeResources()
 		n.wg.Wait()
 		return nil, err
