@@ -181,21 +181,30 @@ func TestReadiness(t *testing.T) {
 	require.Eventually(t, func() bool { return f.Node.Readiness().Ready }, 10*time.Second, 20*time.Millisecond)
 	c.Kill(f.Index)
 	ctx := ctxT(t, 30*time.Second)
-	for i := 0; i < 50; i++ {
-		_, err := l.Node.Allocate(ctx, "port", "", "while-down", 0, "")
+	// 300 entries, more than Raft hands the state machine in one batch (its
+	// MaxAppendEntries, 256 in node.go): the state machine stalls after its
+	// first batch, so it must stall short of the leader's commit index.
+	// With fewer, the whole catch-up could arrive and apply as one batch,
+	// and the node would rightly be ready.
+	for i := 0; i < 150; i++ {
+		a, err := l.Node.Allocate(ctx, "port", "", "while-down", 0, "")
+		require.NoError(t, err)
+		_, err = l.Node.Release(ctx, "port", a[0].Value, "while-down", "")
 		require.NoError(t, err)
 	}
 	hold := make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
 	t.Cleanup(release) // before the cluster's own cleanup halts the node
 	cfg := c.Config(f.Index)
-	cfg.OnApply = func(int, []*fsm.Result) { <-hold } // the restarted state machine stalls
+	cfg.OnApply = func(int, []*fsm.Result) { <-hold } // the restarted state machine stalls after its first batch
 	c.SetConfig(f.Index, cfg)
 	c.Start(f.Index)
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		r := f.Node.Readiness()
 		return !r.Ready && r.Reason == node.ReasonCatchingUp && strings.Contains(r.Detail, "behind the leader's commit index")
-	}, 10*time.Second, 10*time.Millisecond, "catching up once it heard the leader: %+v", f.Node.Readiness())
+	}, 10*time.Second, 10*time.Millisecond) {
+		t.Fatalf("not catching up once it heard the leader: %+v, applied index %d", f.Node.Readiness(), f.Node.AppliedIndex())
+	}
 	require.Never(t, func() bool { return f.Node.Readiness().Ready }, 1500*time.Millisecond, 10*time.Millisecond,
 		"not ready while its state machine has not applied the leader's commit index")
 	release()
