@@ -22,7 +22,7 @@ func BenchmarkCountAllocateRelease(b *testing.B) {
 			b.Fatal(res.Err)
 		}
 		rel := &Request{ID: "r" + owner, Kind: KindTxn, Seed: uint64(i) + 1}
-		for _, a := range res.Ops[0] {
+		for _, a := range res.Allocations()[0] {
 			rel.Ops = append(rel.Ops, release("clusterip-ipv4", a.Value, owner))
 		}
 		if res := h.one(rel); res.Err != nil {

@@ -17,6 +17,21 @@ func (e *encoder) u8(v byte)        { e.b = append(e.b, v) }
 func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *encoder) u64(v uint64)     { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+
+// value writes the value at off as str writes a string, formatting it in
+// place.
+func (e *encoder) value(f *valueFormatter, off int) {
+	at := len(e.b)
+	e.b = f.appendValue(append(e.b, 0), off)
+	if n := len(e.b) - at - 1; n < 0x80 {
+		e.b[at] = byte(n) // a one-byte uvarint
+		return
+	}
+	v := string(e.b[at+1:])
+	e.b = e.b[:at]
+	e.str(v)
+}
+
 func (e *encoder) bool(v bool) {
 	if v {
 		e.u8(1)

@@ -79,6 +79,11 @@ func TestTxnSemantics(t *testing.T) {
 			wantCode: CodeAlreadyAllocated, wantOp: 1, owner: "a"},
 		{name: "release then fail: release undone", setup: []Op{alloc("ports", "30002", "a")},
 			ops: []Op{release("ports", "30002", "a"), alloc("nope", "", "x")}, wantCode: CodePoolNotFound, wantOp: 1},
+		{name: "count then fail: count undone", ops: []Op{{Kind: OpAllocate, Pool: "small", Owner: "a", Count: 5}, alloc("nope", "", "x")},
+			wantCode: CodePoolNotFound, wantOp: 1},
+		{name: "release, re-allocate, then fail: both undone in order", setup: []Op{alloc("ports", "30002", "a")},
+			ops:      []Op{release("ports", "30002", "a"), alloc("ports", "30002", "b"), {Kind: OpAllocate, Pool: "small", Count: 15}},
+			wantCode: CodeRangeFull, wantOp: 2},
 		{name: "release then re-allocate in one txn", setup: []Op{alloc("ports", "30002", "a")},
 			ops: []Op{release("ports", "30002", "a"), alloc("ports", "30002", "b")}, values: []string{"30002", "30002"}},
 	}
@@ -102,7 +107,7 @@ func TestTxnSemantics(t *testing.T) {
 			}
 			require.Nil(t, res.Err)
 			var got []string
-			for i, op := range res.Ops {
+			for i, op := range res.Allocations() {
 				for _, a := range op {
 					got = append(got, a.Value)
 					if tc.ops[i].Kind == OpAllocate {
@@ -138,7 +143,7 @@ func TestAllocationRecords(t *testing.T) {
 	a, err := h.f.Get("ip", "10.96.0.10")
 	require.NoError(t, err)
 	assert.Equal(t, Allocation{Pool: "ip", Value: "10.96.0.10", Owner: "default/dns", Static: true, InStatic: true, Revision: 2}, a)
-	d := r2.Ops[0][0]
+	d := r2.Allocations()[0][0]
 	assert.False(t, d.Static)
 	assert.False(t, d.InStatic, "dynamic allocations come from the dynamic band first")
 	assert.Equal(t, uint64(3), d.Revision)
@@ -223,6 +228,14 @@ func TestList(t *testing.T) {
 	assert.ErrorIs(t, err, &Error{Code: CodePoolNotFound})
 }
 
+// answer is r as a caller sees it: its allocations built, whether the
+// state machine made it or a retry decoded the remembered form.
+func answer(r *Result) *Result {
+	c := *r
+	c.ops, c.done = r.Allocations(), nil
+	return &c
+}
+
 func values(as []Allocation) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
@@ -238,7 +251,7 @@ func TestIdempotentRequests(t *testing.T) {
 	require.Nil(t, first.Err)
 	// A retry carries a new seed (the proposer draws one each time) but the same body.
 	again := h.one(&Request{Kind: KindTxn, ID: "k1", Seed: 99, Ops: []Op{alloc("p", "", "o")}})
-	assert.Equal(t, first, again, "a retry returns the first answer")
+	assert.Equal(t, answer(first), answer(again), "a retry returns the first answer")
 	st, _ := h.f.Pool("p")
 	assert.Equal(t, 1, st.Used, "and allocates nothing more")
 	other := h.one(&Request{Kind: KindTxn, ID: "k1", Ops: []Op{alloc("p", "", "someone-else")}})
@@ -341,11 +354,61 @@ func TestResultRoundTrip(t *testing.T) {
 		{Index: 7},
 		{Index: 8, Created: true},
 		{Index: 9, Err: &Error{Code: CodeAlreadyAllocated, Message: "provided IP is already allocated", Op: 3, Owner: "x"}},
-		{Index: 10, Ops: [][]Allocation{{{Pool: "p", Value: "1", Owner: "o", Static: true, InStatic: true, Revision: 10}}, {}}},
+		{Index: 10, ops: [][]Allocation{{{Pool: "p", Value: "1", Owner: "o", Static: true, InStatic: true, Revision: 10}}, {}}},
 	} {
 		got, err := DecodeResult(EncodeResult(r))
 		require.NoError(t, err)
 		assert.Equal(t, r, got)
+	}
+}
+
+// TestTxnResultEncoding: a transaction's result as the state machine
+// makes it encodes to the same bytes as the allocations it gives, which is
+// the form remembered results had before (and have on other replicas
+// during an upgrade), and decodes to those allocations.
+func TestTxnResultEncoding(t *testing.T) {
+	h := newHarness(t)
+	h.pool("v4", "10.96.0.0/12")
+	h.pool("v6", "fd00:10:96::/108")
+	h.pool("ports", "30000-32767")
+	var held []Op // releases of what the transactions below allocated
+	for i, ops := range [][]Op{
+		{{Kind: OpAllocate, Pool: "v4", Owner: "svc-a", Count: 300}},
+		{{Kind: OpAllocate, Pool: "v6", Owner: "svc-b", Count: 40}, {Kind: OpAllocate, Pool: "ports", Owner: "svc-b", Count: 7}},
+		{alloc("v4", "10.96.0.5", "x"), alloc("v6", "fd00:10:96::0005", "y"), alloc("ports", "30005", ""), {Kind: OpAllocate, Pool: "ports"}},
+		{release("v6", "fd00:10:96:0::5", "y"), release("ports", "30005", ""), alloc("ports", "30005", "z")},
+	} {
+		res := h.one(&Request{ID: fmt.Sprint("t", i), Kind: KindTxn, Ops: ops, Seed: uint64(i) + 7})
+		require.Nil(t, res.Err, "transaction %d", i)
+		allocs := res.Allocations()
+		require.Len(t, allocs, len(ops))
+		enc := EncodeResult(res)
+		assert.Equal(t, EncodeResult(&Result{Index: res.Index, ops: allocs}), enc, "transaction %d", i)
+		got, err := DecodeResult(enc)
+		require.NoError(t, err)
+		assert.Equal(t, allocs, got.Allocations(), "transaction %d", i)
+		assert.Equal(t, res.Index, got.Index)
+		for _, op := range allocs {
+			for _, a := range op {
+				if a.Pool == "v4" && !a.Static {
+					held = append(held, release(a.Pool, a.Value, a.Owner))
+				}
+			}
+		}
+	}
+	// A retry is answered from the remembered form.
+	again := h.one(&Request{ID: "t2", Kind: KindTxn, Seed: 9,
+		Ops: []Op{alloc("v4", "10.96.0.5", "x"), alloc("v6", "fd00:10:96::0005", "y"), alloc("ports", "30005", ""), {Kind: OpAllocate, Pool: "ports"}}})
+	require.Nil(t, again.Err)
+	assert.Equal(t, "fd00:10:96::5", again.Allocations()[1][0].Value, "the canonical form of the value")
+	res := h.one(&Request{ID: "rel", Kind: KindTxn, Ops: held})
+	require.Nil(t, res.Err)
+	enc := EncodeResult(res)
+	assert.Equal(t, EncodeResult(&Result{Index: res.Index, ops: res.Allocations()}), enc)
+	for i, op := range res.Allocations() {
+		require.Len(t, op, 1)
+		assert.Equal(t, held[i].Value, op[0].Value)
+		assert.Equal(t, held[i].Owner, op[0].Owner)
 	}
 }
 
@@ -399,7 +462,7 @@ func TestModel(t *testing.T) {
 					}
 					if prev, ok := seen[req.ID]; ok {
 						if fps[req.ID] == req.Fingerprint() {
-							require.Equal(t, prev, res, "request %s retried returns its first answer", req.ID)
+							require.Equal(t, answer(prev), answer(res), "request %s retried returns its first answer", req.ID)
 						} else {
 							require.NotNil(t, res.Err)
 							require.Equal(t, CodeIdempotencyKeyReused, res.Err.Code, "request %s reused for another body", req.ID)
@@ -474,7 +537,7 @@ func checkTxnAgainstModel(t *testing.T, model map[string]map[string]string, size
 				require.Greater(t, res.Err.Op, i, "dynamic allocate with room failed: %+v", res.Err)
 				return
 			}
-			for _, a := range res.Ops[i] {
+			for _, a := range res.Allocations()[i] {
 				_, held := m[a.Value]
 				require.False(t, held, "dynamic allocate handed out held value %s", a.Value)
 				m[a.Value] = op.Owner

@@ -134,12 +134,12 @@ func reconcileFaults(t *testing.T, seed uint64) {
 	// exist leaks; one by another owner does not.
 	ghost := l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpAllocate, Pool: poolV4, Owner: "services/gone/ghost"}}})
 	require.Nil(t, ghost.Err)
-	ghostV := pv{poolV4, ghost.Ops[0][0].Value}
+	ghostV := pv{poolV4, ghost.Allocations()[0][0].Value}
 	f := want(FindingLeak, ghostV, "", "services/gone/ghost")
 	expect, repaired[f] = append(expect, f), true
 	plain := l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpAllocate, Pool: poolV4, Owner: "plain"}}})
 	require.Nil(t, plain.Err)
-	plainV := pv{poolV4, plain.Ops[0][0].Value}
+	plainV := pv{poolV4, plain.Allocations()[0][0].Value}
 
 	// Missing: values forced away from listed Services (a nodePort and a
 	// secondary clusterIP). The update of s2 after the fence (below) frees
@@ -260,7 +260,7 @@ func reconcileFaults(t *testing.T, seed uint64) {
 		require.NoError(t, err, "%v of a Service created after the fence", v)
 		require.Equal(t, "services/late/z", got.Owner)
 	}
-	g2, err := l.f.Get(poolPorts, ghost2.Ops[0][0].Value)
+	g2, err := l.f.Get(poolPorts, ghost2.Allocations()[0][0].Value)
 	require.NoError(t, err, "a value allocated after the fence is never released")
 	require.Equal(t, "services/late/ghost", g2.Owner)
 	require.Equal(t, recs[s2].Spec.Namespace, after[s2].Spec.Namespace)
@@ -278,7 +278,7 @@ func reconcileFaults(t *testing.T, seed uint64) {
 		}
 		require.Equal(t, r.Spec, after[k].Spec, "record of %s", k)
 	}
-	require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpRelease, Pool: poolPorts, Value: ghost2.Ops[0][0].Value}}}).Err)
+	require.Nil(t, l.apply(&Request{Kind: KindTxn, Ops: []Op{{Kind: OpRelease, Pool: poolPorts, Value: ghost2.Allocations()[0][0].Value}}}).Err)
 	forced := map[string]map[pv]bool{} // still forced away: this repair left them
 	for _, m := range missingLater {
 		if forced[m.Service] == nil {

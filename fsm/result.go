@@ -101,9 +101,11 @@ type Allocation struct {
 // Result is the answer to one Request, remembered under its ID.
 type Result struct {
 	Err *Error // nil on success
-	// Ops holds, for a transaction, one entry per operation: the values
-	// allocated, or the allocation a release freed.
-	Ops [][]Allocation
+	// A transaction's operations, as the state machine applied them
+	// (done), or as a remembered or forwarded result decoded them (ops):
+	// Allocations gives them.
+	done []opDone
+	ops  [][]Allocation
 	// Created is true when a create-pool request made a new pool (false
 	// when an identical pool existed).
 	Created bool
@@ -119,6 +121,33 @@ type Result struct {
 	Count    int
 }
 
+// Allocations returns, for a transaction, one list per operation: the
+// values allocated, or the allocation a release freed. A result the state
+// machine just made builds the lists on each call: call it once per
+// answer.
+func (r *Result) Allocations() [][]Allocation {
+	if r.done == nil {
+		return r.ops
+	}
+	out := make([][]Allocation, len(r.done))
+	// The operations that make one allocation each (releases, named
+	// values) share one array.
+	var ones []Allocation
+	for i := range r.done {
+		d := &r.done[i]
+		if d.offs != nil {
+			out[i] = d.dynamic()
+			continue
+		}
+		if ones == nil {
+			ones = make([]Allocation, 0, len(r.done)-i)
+		}
+		ones = append(ones, d.single())
+		out[i] = ones[len(ones)-1 : len(ones) : len(ones)]
+	}
+	return out
+}
+
 func encodeResult(e *encoder, r *Result) {
 	e.uvarint(r.Index)
 	e.bool(r.Created)
@@ -131,8 +160,16 @@ func encodeResult(e *encoder, r *Result) {
 	} else {
 		e.u8(0)
 	}
-	e.uvarint(uint64(len(r.Ops)))
-	for _, op := range r.Ops {
+	if r.done != nil {
+		e.uvarint(uint64(len(r.done)))
+		for i := range r.done {
+			r.done[i].encode(e)
+		}
+	}
+	if r.done == nil {
+		e.uvarint(uint64(len(r.ops)))
+	}
+	for _, op := range r.ops {
 		e.uvarint(uint64(len(op)))
 		for _, a := range op {
 			e.str(a.Pool)
@@ -182,7 +219,10 @@ const extensionServices = 'S'
 // EncodeResult returns the binary form of r, as stored in snapshots.
 func EncodeResult(r *Result) []byte {
 	size := 32
-	for _, op := range r.Ops {
+	for i := range r.done {
+		size += r.done[i].size()
+	}
+	for _, op := range r.ops {
 		for _, a := range op {
 			size += len(a.Pool) + len(a.Value) + len(a.Owner) + 8
 		}
@@ -208,12 +248,12 @@ func decodeResult(b []byte, check bool) (*Result, error) {
 		r.Err = &Error{Code: Code(d.str(maxField)), Message: d.str(maxField), Op: int(d.uvarint()) - 1, Owner: d.str(maxField)}
 	}
 	nops := d.count(MaxOps, 1)
-	r.Ops = make([][]Allocation, nops)
-	for i := range r.Ops {
+	r.ops = make([][]Allocation, nops)
+	for i := range r.ops {
 		n := d.count(MaxCount, 6)
-		r.Ops[i] = make([]Allocation, n)
-		for j := range r.Ops[i] {
-			r.Ops[i][j] = Allocation{Pool: d.str(maxField), Value: d.str(maxField), Owner: d.str(maxField),
+		r.ops[i] = make([]Allocation, n)
+		for j := range r.ops[i] {
+			r.ops[i][j] = Allocation{Pool: d.str(maxField), Value: d.str(maxField), Owner: d.str(maxField),
 				Static: d.bool(), InStatic: d.bool(), Revision: d.uvarint()}
 		}
 	}
@@ -240,7 +280,7 @@ func decodeResult(b []byte, check bool) (*Result, error) {
 		return nil, fmt.Errorf("result: %w", err)
 	}
 	if nops == 0 {
-		r.Ops = nil
+		r.ops = nil
 	}
 	return r, nil
 }

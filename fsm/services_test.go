@@ -154,7 +154,7 @@ func TestResultWithServiceRoundTrips(t *testing.T) {
 	got, err := DecodeResult(EncodeResult(r))
 	require.NoError(t, err)
 	require.Equal(t, r, got)
-	old := &Result{Index: 2, Ops: [][]Allocation{{{Pool: "p", Value: "1", Revision: 2}}}}
+	old := &Result{Index: 2, ops: [][]Allocation{{{Pool: "p", Value: "1", Revision: 2}}}}
 	got, err = DecodeResult(EncodeResult(old))
 	require.NoError(t, err)
 	require.Equal(t, old, got)

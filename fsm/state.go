@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 
@@ -31,10 +32,8 @@ type state struct {
 	// featureLevel is the cluster's feature level (feature.go); 0 means
 	// none was recorded, which is level 1.
 	featureLevel uint64
-	// valueBuf and valueEnds are scratch space of count allocations,
-	// kept between entries.
-	valueBuf  []byte
-	valueEnds []int
+	// scratch is the fingerprints' encoding space, kept between requests.
+	scratch []byte
 }
 
 func newState() *state {
@@ -49,7 +48,7 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	}
 	var fp uint64
 	if r.ID != "" {
-		fp = r.Fingerprint()
+		fp = r.fingerprint(&s.scratch)
 		if prev := s.requests.get(r.ID); prev != nil {
 			if prev.fp == fp {
 				res, err := DecodeResult(prev.result)
@@ -204,120 +203,194 @@ type undo struct {
 }
 
 // txn applies the operations in order; at the first failure it reverts the
-// steps already taken, so the transaction leaves no trace.
+// operations already applied, so the transaction leaves no trace.
 func (s *state) txn(index uint64, r *Request) *Result {
 	if len(r.Ops) == 0 || len(r.Ops) > MaxOps {
 		return &Result{Err: errorf(CodeInvalidArgument, "a transaction takes 1 to %d operations, got %d", MaxOps, len(r.Ops))}
 	}
-	steps, singles := 0, 0
-	for i := range r.Ops {
-		steps += max(r.Ops[i].Count, 1)
-		if r.Ops[i].Kind != OpAllocate || r.Ops[i].Value != "" {
-			singles++
-		}
-	}
-	undos := make([]undo, 0, min(steps, MaxOps+MaxCount))
-	out := make([][]Allocation, len(r.Ops))
-	// ones backs the results of the operations that make one allocation
-	// each (releases, static allocations): one slice for all of them.
-	var ones []Allocation
-	if singles > 0 {
-		ones = make([]Allocation, 0, singles)
-	}
+	done := make([]opDone, len(r.Ops))
 	rnd := r.Seed
 	for i := range r.Ops {
-		allocs, err := s.op(index, &r.Ops[i], &rnd, &undos, &ones)
-		if err != nil {
-			revert(undos)
+		if err := s.op(index, &r.Ops[i], &rnd, &done[i]); err != nil {
+			revertOps(done[:i])
 			err.Op = i
 			return &Result{Err: err}
 		}
-		out[i] = allocs
 	}
-	return &Result{Ops: out}
+	return &Result{done: done}
 }
 
-// one appends a to *ones, whose capacity the caller made enough (append
-// would only copy it, never changing the results), and returns it as a
-// slice of its own.
-func one(ones *[]Allocation, a Allocation) []Allocation {
-	*ones = append(*ones, a)
-	n := len(*ones)
-	return (*ones)[n-1 : n : n]
+// opDone is one operation of a transaction as the state machine applied
+// it, in compact form: enough to revert it, to encode its result
+// (EncodeResult), and to build its allocations for a caller
+// (Result.Allocations). Every replica applies every transaction, and only
+// the leader answers callers, so no replica makes a struct per value.
+//
+// Only the pool's name, range and value formatter are read after the
+// apply, from other goroutines; none of them changes once the pool
+// exists (op makes the formatter before the result leaves the state
+// machine).
+type opDone struct {
+	p *pool
+	// rec is the record the operation made (allocations) or freed
+	// (releases).
+	rec record
+	rel bool // a release
+	// off is the offset of a release or of a named value, value the
+	// value as the operation named it.
+	off   int
+	value string
+	// offs are the offsets of a dynamic allocation, in allocation order;
+	// nil for any other operation.
+	offs []int
 }
 
-func (s *state) op(index uint64, op *Op, rnd *uint64, undos *[]undo, ones *[]Allocation) ([]Allocation, *Error) {
+// revertOps undoes applied operations, newest first.
+func revertOps(done []opDone) {
+	for i := len(done) - 1; i >= 0; i-- {
+		d := &done[i]
+		b := d.p.p.Bitmap()
+		switch {
+		case d.rel:
+			b.Allocate(d.off)
+			d.p.recs.set(d.off, d.rec)
+		case d.offs != nil:
+			for j := len(d.offs) - 1; j >= 0; j-- {
+				b.Release(d.offs[j])
+				d.p.recs.set(d.offs[j], record{})
+			}
+		default:
+			b.Release(d.off)
+			d.p.recs.set(d.off, record{})
+		}
+	}
+}
+
+// op applies one operation of a transaction and records it in *done. On
+// an error it has changed nothing.
+func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 	if err := checkOp(op); err != nil {
-		return nil, err
+		return err
 	}
 	p, ok := s.pools[op.Pool]
 	if !ok {
-		return nil, errorf(CodePoolNotFound, "pool %q not found", op.Pool)
+		return errorf(CodePoolNotFound, "pool %q not found", op.Pool)
 	}
+	p.formatter() // made here, on the state machine's goroutine, for the readers of the result
 	if op.Kind == OpRelease || op.Kind == OpReleaseForce {
 		off, err := p.offset(op.Value)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !p.p.Bitmap().Has(off) {
-			return nil, errorf(CodeNotAllocated, "%s is not allocated in pool %q", op.Value, op.Pool)
+			return errorf(CodeNotAllocated, "%s is not allocated in pool %q", op.Value, op.Pool)
 		}
 		rec := p.recs.get(off)
 		if op.Owner != "" && rec.owner != op.Owner {
-			return nil, &Error{Code: CodeOwnerMismatch, Op: -1, Owner: rec.owner,
+			return &Error{Code: CodeOwnerMismatch, Op: -1, Owner: rec.owner,
 				Message: "value " + op.Value + " is held by another owner"}
 		}
 		if key := s.ownedByService(rec.owner); key != "" {
 			if op.Kind != OpReleaseForce {
-				return nil, &Error{Code: CodeOwnedByService, Op: -1, Owner: rec.owner,
+				return &Error{Code: CodeOwnedByService, Op: -1, Owner: rec.owner,
 					Message: fmt.Sprintf("%s is held by Service %s: delete or change the Service, or release with force", op.Value, key)}
 			}
 			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
-		freed := p.allocationRecord(off, rec, p.formatter().value(off, op.Value))
 		p.p.Bitmap().Release(off)
 		p.recs.set(off, record{})
-		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
-		return one(ones, freed), nil
+		*done = opDone{p: p, rec: rec, rel: true, off: off, value: op.Value}
+		return nil
 	}
 	if op.Value != "" {
 		off, err := p.offset(op.Value)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !p.p.Bitmap().Allocate(off) {
-			return nil, &Error{Code: CodeAlreadyAllocated, Message: allocator.AllocatedError(p.p.Range().Kind()).Error(),
+			return &Error{Code: CodeAlreadyAllocated, Message: allocator.AllocatedError(p.p.Range().Kind()).Error(),
 				Op: -1, Owner: p.recs.get(off).owner}
 		}
-		p.take(off, op.Owner, true, index)
-		*undos = append(*undos, undo{p: p, off: off})
-		return one(ones, p.allocationValue(off, p.formatter().value(off, op.Value))), nil
+		*done = opDone{p: p, rec: p.take(off, op.Owner, true, index), off: off, value: op.Value}
+		return nil
 	}
 	n := max(op.Count, 1)
 	if p.p.Bitmap().Free() < n {
-		return nil, errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
+		return errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
 	}
-	// The values are formatted into one buffer, then one string that
-	// every allocation's value is a part of.
-	out := make([]Allocation, n)
-	f := p.formatter()
-	buf := s.valueBuf[:0]
-	ends := s.valueEnds[:0]
-	for i := range out {
+	offs := make([]int, n)
+	var rec record
+	for i := range offs {
 		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
-		rec := p.take(off, op.Owner, false, index)
-		*undos = append(*undos, undo{p: p, off: off})
-		out[i] = p.allocationRecord(off, rec, "")
-		buf = f.appendValue(buf, off)
-		ends = append(ends, len(buf))
+		rec = p.take(off, op.Owner, false, index)
+		offs[i] = off
+	}
+	*done = opDone{p: p, rec: rec, offs: offs}
+	return nil
+}
+
+// size is at least the length of the operation's encoded result.
+func (d *opDone) size() int {
+	per := len(d.p.name) + len(d.rec.owner) + 2*binary.MaxVarintLen64
+	if d.offs == nil {
+		return per + len(d.value) + binary.MaxVarintLen64 + maxValueLen
+	}
+	return binary.MaxVarintLen64 + len(d.offs)*(per+d.p.vf.maxLen())
+}
+
+// encode writes the operation's result as encodeResult writes a list of
+// allocations.
+func (d *opDone) encode(e *encoder) {
+	f, name, statics := d.p.vf, d.p.name, d.p.p.Range().StaticSize()
+	if d.offs == nil {
+		e.uvarint(1)
+		d.encodeOne(e, f, name, d.off, statics)
+		return
+	}
+	e.uvarint(uint64(len(d.offs)))
+	for _, off := range d.offs {
+		d.encodeOne(e, f, name, off, statics)
+	}
+}
+
+// encodeOne writes the allocation at off. A release or named value's
+// value is written as the formatter writes it: the value Allocations
+// gives is that one too (valueFormatter.value).
+func (d *opDone) encodeOne(e *encoder, f *valueFormatter, name string, off, statics int) {
+	e.str(name)
+	e.value(f, off)
+	e.str(d.rec.owner)
+	e.bool(d.rec.static())
+	e.bool(off < statics)
+	e.uvarint(d.rec.revision())
+}
+
+// single builds the allocation of a release or of a named value.
+func (d *opDone) single() Allocation {
+	p := d.p
+	return Allocation{Pool: p.name, Value: p.vf.value(d.off, d.value), Owner: d.rec.owner,
+		Static: d.rec.static(), InStatic: d.off < p.p.Range().StaticSize(), Revision: d.rec.revision()}
+}
+
+// dynamic builds the allocations of a dynamic allocation. The values are
+// formatted into one buffer, then one string that every allocation's
+// value is a part of.
+func (d *opDone) dynamic() []Allocation {
+	p, statics := d.p, d.p.p.Range().StaticSize()
+	out := make([]Allocation, len(d.offs))
+	buf := make([]byte, 0, len(d.offs)*p.vf.maxLen())
+	ends := make([]int, len(d.offs))
+	for i, off := range d.offs {
+		buf = p.vf.appendValue(buf, off)
+		ends[i] = len(buf)
 	}
 	values, start := string(buf), 0
-	for i, end := range ends {
-		out[i].Value = values[start:end]
-		start = end
+	for i, off := range d.offs {
+		out[i] = Allocation{Pool: p.name, Value: values[start:ends[i]], Owner: d.rec.owner,
+			InStatic: off < statics, Revision: d.rec.revision()}
+		start = ends[i]
 	}
-	s.valueBuf, s.valueEnds = buf, ends
-	return out, nil
+	return out
 }
 
 // ValidateMember checks a member-table row.

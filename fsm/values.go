@@ -57,6 +57,23 @@ func (f *valueFormatter) appendValue(dst []byte, off int) []byte {
 	return append(dst, f.r.Value(off)...)
 }
 
+// maxValueLen bounds the length of any range's value: an IPv6 address
+// is at most 39 bytes; other values are checked when encoded
+// (encoder.value).
+const maxValueLen = 40
+
+// maxLen is the longest value appendValue writes for this range's kind:
+// a good first size for buffers, not a limit.
+func (f *valueFormatter) maxLen() int {
+	switch f.kind {
+	case 4:
+		return len("255.255.255.255")
+	case 'p':
+		return len("65535")
+	}
+	return maxValueLen
+}
+
 // value returns r.Value(off), or same when it is that value already (a
 // release names the value it frees), without formatting a new string.
 func (f *valueFormatter) value(off int, same string) string {

@@ -53,9 +53,9 @@ func TestCountAndReleaseValuesAreCanonical(t *testing.T) {
 			require.NoError(t, err)
 			res := h.one(&Request{ID: "a", Kind: KindTxn, Seed: 3, Ops: []Op{{Kind: OpAllocate, Pool: "p", Owner: "o", Count: MaxCount}}})
 			require.Nil(t, res.Err)
-			require.Len(t, res.Ops[0], MaxCount)
+			require.Len(t, res.Allocations()[0], MaxCount)
 			rel := &Request{ID: "r", Kind: KindTxn, Seed: 4}
-			for _, a := range res.Ops[0] {
+			for _, a := range res.Allocations()[0] {
 				off, err := r.Offset(a.Value)
 				require.NoError(t, err)
 				require.Equal(t, r.Value(off), a.Value)
@@ -68,15 +68,15 @@ func TestCountAndReleaseValuesAreCanonical(t *testing.T) {
 			}
 			out := h.one(rel)
 			require.Nil(t, out.Err)
-			require.Len(t, out.Ops, len(rel.Ops))
-			for i, op := range out.Ops {
+			require.Len(t, out.Allocations(), len(rel.Ops))
+			for i, op := range out.Allocations() {
 				require.Len(t, op, 1)
 				off, err := r.Offset(rel.Ops[i].Value)
 				require.NoError(t, err)
 				assert.Equal(t, r.Value(off), op[0].Value)
 			}
 			if tc.other != "" {
-				assert.Equal(t, Allocation{Pool: "p", Value: r.Value(0), Owner: "s", Static: true, InStatic: true, Revision: 3}, out.Ops[MaxOps-1][0])
+				assert.Equal(t, Allocation{Pool: "p", Value: r.Value(0), Owner: "s", Static: true, InStatic: true, Revision: 3}, out.Allocations()[MaxOps-1][0])
 			}
 		})
 	}

@@ -56,7 +56,7 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	return res.Ops, nil
+	return res.Allocations(), nil
 }
 
 // CreatePool creates a pool; created is false when an identical pool

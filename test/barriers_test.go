@@ -68,7 +68,7 @@ func (g *applyGate) hook(id string) func(int, []*fsm.Result) {
 
 func allocatesTo(results []*fsm.Result, owner string) bool {
 	for _, r := range results {
-		for _, op := range r.Ops {
+		for _, op := range r.Allocations() {
 			for _, a := range op {
 				if a.Owner == owner {
 					return true
