@@ -165,19 +165,18 @@ func encodeResult(e *encoder, r *Result) {
 		for i := range r.done {
 			r.done[i].encode(e)
 		}
-	}
-	if r.done == nil {
+	} else {
 		e.uvarint(uint64(len(r.ops)))
-	}
-	for _, op := range r.ops {
-		e.uvarint(uint64(len(op)))
-		for _, a := range op {
-			e.str(a.Pool)
-			e.str(a.Value)
-			e.str(a.Owner)
-			e.bool(a.Static)
-			e.bool(a.InStatic)
-			e.uvarint(a.Revision)
+		for _, op := range r.ops {
+			e.uvarint(uint64(len(op)))
+			for _, a := range op {
+				e.str(a.Pool)
+				e.str(a.Value)
+				e.str(a.Owner)
+				e.bool(a.Static)
+				e.bool(a.InStatic)
+				e.uvarint(a.Revision)
+			}
 		}
 	}
 	// The extension: results written before Services existed end here.

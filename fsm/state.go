@@ -329,7 +329,8 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 	return nil
 }
 
-// size is at least the length of the operation's encoded result.
+// size estimates the length of the operation's encoded result, to size
+// the encoder's buffer once.
 func (d *opDone) size() int {
 	per := len(d.p.name) + len(d.rec.owner) + 2*binary.MaxVarintLen64
 	if d.offs == nil {
