@@ -224,7 +224,8 @@ func (s *state) txn(index uint64, r *Request) *Result {
 // it, in compact form: enough to revert it, to encode its result
 // (EncodeResult), and to build its allocations for a caller
 // (Result.Allocations). Every replica applies every transaction, and only
-// the leader answers callers, so no replica makes a struct per value.
+// the leader answers callers: structs per value are made only for an
+// answer.
 //
 // Only the pool's name, range and value formatter are read after the
 // apply, from other goroutines; none of them changes once the pool
