@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -410,6 +411,32 @@ func TestTxnResultEncoding(t *testing.T) {
 		assert.Equal(t, held[i].Value, op[0].Value)
 		assert.Equal(t, held[i].Owner, op[0].Owner)
 	}
+}
+
+// TestTxnResultBytes: remembered results are part of the replicated state
+// (the request table, snapshots), so their bytes must not change between
+// versions. The expected bytes were produced by the state machine before
+// results were kept as applied operations (b454f46).
+func TestTxnResultBytes(t *testing.T) {
+	h := newHarness(t)
+	h.pool("v4", "10.96.0.0/24")
+	h.pool("v6", "fd00:10:96::/120")
+	h.pool("ports", "30000-30099")
+	var out []string
+	for i, ops := range [][]Op{
+		{{Kind: OpAllocate, Pool: "v4", Owner: "svc-a", Count: 3}, {Kind: OpAllocate, Pool: "ports", Owner: "svc-a"}},
+		{alloc("v4", "10.96.0.5", "x"), alloc("v6", "FD00:10:96::0005", "y"), alloc("ports", "30005", "")},
+		{release("v6", "fd00:10:96:0::5", "y"), release("ports", "30005", ""), alloc("ports", "30005", "z")},
+	} {
+		res := h.one(&Request{ID: fmt.Sprint("g", i), Kind: KindTxn, Ops: ops, Seed: uint64(i) + 42})
+		require.Nil(t, res.Err, "transaction %d", i)
+		out = append(out, hex.EncodeToString(EncodeResult(res)))
+	}
+	assert.Equal(t, []string{
+		"04000002030276340a31302e39362e302e3634057376632d610000040276340a31302e39362e302e3738057376632d610000040276340b31302e39362e302e323237057376632d610000040105706f727473053330303838057376632d61000004",
+		"05000003010276340931302e39362e302e350178010105010276360d666430303a31303a39363a3a3501790101050105706f72747305333030303500010105",
+		"06000003010276360d666430303a31303a39363a3a3501790101050105706f727473053330303035000101050105706f727473053330303035017a010106",
+	}, out)
 }
 
 // TestDeterminism: replicas fed the same entries end in the same state.
