@@ -65,15 +65,12 @@ type pool struct {
 }
 
 func (p *pool) allocation(off int) Allocation {
-	return p.allocationValue(off, p.p.Range().Value(off))
+	return p.allocationRecord(off, p.recs.get(off), p.p.Range().Value(off))
 }
 
-// allocationValue is allocation with the value at off already formatted.
-func (p *pool) allocationValue(off int, value string) Allocation {
-	return p.allocationRecord(off, p.recs.get(off), value)
-}
-
-// allocationRecord is allocationValue with the record at off already read.
+// allocationRecord is allocation with the record at off already read and
+// its value formatted. It reads only the pool's name and range, which
+// never change: results call it after the apply (opDone).
 func (p *pool) allocationRecord(off int, r record, value string) Allocation {
 	return Allocation{Pool: p.name, Value: value, Owner: r.owner, Static: r.static(),
 		InStatic: off < p.p.Range().StaticSize(), Revision: r.revision()}

@@ -333,11 +333,8 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 // size estimates the length of the operation's encoded result, to size
 // the encoder's buffer once.
 func (d *opDone) size() int {
-	per := len(d.p.name) + len(d.rec.owner) + 2*binary.MaxVarintLen64
-	if d.offs == nil {
-		return per + len(d.value) + binary.MaxVarintLen64 + maxValueLen
-	}
-	return binary.MaxVarintLen64 + len(d.offs)*(per+d.p.vf.maxLen())
+	n := max(len(d.offs), 1)
+	return binary.MaxVarintLen64 + n*(len(d.p.name)+len(d.rec.owner)+d.p.vf.maxLen()+2*binary.MaxVarintLen64)
 }
 
 // encode writes the operation's result as encodeResult writes a list of
@@ -369,16 +366,14 @@ func (d *opDone) encodeOne(e *encoder, f *valueFormatter, name string, off, stat
 
 // single builds the allocation of a release or of a named value.
 func (d *opDone) single() Allocation {
-	p := d.p
-	return Allocation{Pool: p.name, Value: p.vf.value(d.off, d.value), Owner: d.rec.owner,
-		Static: d.rec.static(), InStatic: d.off < p.p.Range().StaticSize(), Revision: d.rec.revision()}
+	return d.p.allocationRecord(d.off, d.rec, d.p.vf.value(d.off, d.value))
 }
 
 // dynamic builds the allocations of a dynamic allocation. The values are
 // formatted into one buffer, then one string that every allocation's
 // value is a part of.
 func (d *opDone) dynamic() []Allocation {
-	p, statics := d.p, d.p.p.Range().StaticSize()
+	p := d.p
 	out := make([]Allocation, len(d.offs))
 	buf := make([]byte, 0, len(d.offs)*p.vf.maxLen())
 	ends := make([]int, len(d.offs))
@@ -388,8 +383,7 @@ func (d *opDone) dynamic() []Allocation {
 	}
 	values, start := string(buf), 0
 	for i, off := range d.offs {
-		out[i] = Allocation{Pool: p.name, Value: values[start:ends[i]], Owner: d.rec.owner,
-			InStatic: off < statics, Revision: d.rec.revision()}
+		out[i] = p.allocationRecord(off, d.rec, values[start:ends[i]])
 		start = ends[i]
 	}
 	return out

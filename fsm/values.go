@@ -57,13 +57,9 @@ func (f *valueFormatter) appendValue(dst []byte, off int) []byte {
 	return append(dst, f.r.Value(off)...)
 }
 
-// maxValueLen bounds the length of any range's value: an IPv6 address
-// is at most 39 bytes; other values are checked when encoded
-// (encoder.value).
-const maxValueLen = 40
-
-// maxLen is the longest value appendValue writes for this range's kind:
-// a good first size for buffers, not a limit.
+// maxLen is the longest value appendValue writes for an IP or port range
+// (an IPv6 address is at most 39 bytes): a first size for buffers, not a
+// limit.
 func (f *valueFormatter) maxLen() int {
 	switch f.kind {
 	case 4:
@@ -71,7 +67,7 @@ func (f *valueFormatter) maxLen() int {
 	case 'p':
 		return len("65535")
 	}
-	return maxValueLen
+	return len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
 }
 
 // value returns r.Value(off), or same when it is that value already (a

@@ -3,6 +3,7 @@ package fsm
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -105,5 +106,40 @@ func TestLargeTxnEntryRoundTrip(t *testing.T) {
 	for _, n := range []int{len(data) - 1, len(data) / 2, 40} {
 		_, err := DecodeEntry(data[:n])
 		assert.ErrorContains(t, err, "undecodable log entry", "cut to %d bytes", n)
+	}
+}
+
+// wordRange is a range of another kind than IP or port, whose values are
+// as long as its offsets say: the formatter's generic path.
+type wordRange struct{ allocator.Range }
+
+func (wordRange) Value(off int) string { return strings.Repeat("v", off) }
+
+// TestEncoderValueMatchesStr: a value formatted in place encodes as str
+// encodes it, whether its length takes one varint byte or more.
+func TestEncoderValueMatchesStr(t *testing.T) {
+	f := newValueFormatter(wordRange{})
+	require.Zero(t, f.kind, "the generic path")
+	for _, n := range []int{0, 1, 127, 128, 300, 20000} {
+		var got, want encoder
+		got.u8(7)
+		got.value(&f, n)
+		got.u8(9)
+		want.u8(7)
+		want.str(strings.Repeat("v", n))
+		want.u8(9)
+		assert.Equal(t, want.b, got.b, "value of %d bytes", n)
+	}
+	for _, r := range []string{"10.96.0.0/12", "fd00::/108", "30000-32767"} {
+		rng, err := allocator.ParseRange(r)
+		require.NoError(t, err)
+		f := newValueFormatter(rng)
+		for _, off := range []int{0, 1, rng.Size() - 1} {
+			var got, want encoder
+			got.value(&f, off)
+			want.str(rng.Value(off))
+			assert.Equal(t, want.b, got.b, "%s offset %d", r, off)
+			assert.LessOrEqual(t, len(rng.Value(off)), f.maxLen())
+		}
 	}
 }
