@@ -121,7 +121,11 @@ func TestMaxConnections(t *testing.T) {
 	status, err := waiting.status(5 * time.Second)
 	require.NoError(t, err, "the waiting connection is served once a slot frees")
 	assert.Equal(t, 200, status)
-	assert.EqualValues(t, 2, open.Load())
+	// net/http closes a connection (which frees its slot) before it runs
+	// the StateClosed hook, so the waiting connection can be counted
+	// before the closed one is uncounted: the count settles at two.
+	assert.Eventually(t, func() bool { return open.Load() == 2 }, 5*time.Second, time.Millisecond,
+		"the server holds two connections once the closed one is gone")
 }
 
 // TestIdleTimeoutFreesSlots: idle keep-alive connections do not hold the
