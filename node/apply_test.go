@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,10 +120,21 @@ func TestResolveExpects(t *testing.T) {
 
 // unansweredFuture is an entry Raft never answers: what becomes of one it
 // holds in its buffered apply channel, or has committed but not yet handed
-// to the state machine, when it shuts down.
-type unansweredFuture struct{}
+// to the state machine, when it shuts down. waited is closed once something
+// waits for its answer.
+type unansweredFuture struct {
+	once   *sync.Once
+	waited chan struct{}
+}
 
-func (unansweredFuture) Error() error          { select {} }
+func newUnansweredFuture() unansweredFuture {
+	return unansweredFuture{once: new(sync.Once), waited: make(chan struct{})}
+}
+
+func (f unansweredFuture) Error() error {
+	f.once.Do(func() { close(f.waited) })
+	select {}
+}
 func (unansweredFuture) Index() uint64         { return 0 }
 func (unansweredFuture) Response() interface{} { return nil }
 
@@ -137,7 +149,16 @@ func TestCloseWithAnUnansweredEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.WaitForLeader(ctx))
 	p := &proposal{done: make(chan outcome, 1)}
-	n.inflight <- &inflight{future: unansweredFuture{}, batch: []*proposal{p}, start: time.Now()}
+	f := newUnansweredFuture()
+	n.inflight <- &inflight{future: f, batch: []*proposal{p}, start: time.Now()}
+	// The new leader's own first entries (members, pools, feature level)
+	// may still be ahead of this one: close only once resolveLoop waits
+	// for it, or Close could stop resolveLoop before it took the entry.
+	select {
+	case <-f.waited:
+	case <-ctx.Done():
+		t.Fatal("resolveLoop never took the entry")
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- n.Close() }()
 	select {
