@@ -296,6 +296,13 @@ func waitLinearizable(t *testing.T, ctx context.Context, l *cluster.Member) {
 func TestIdleAfterReadsConverges(t *testing.T) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
+	// The new leader's last entry of its own raises the feature level
+	// after the pools: once every node has it, the reads below are the
+	// log's last entries.
+	require.Eventually(t, func() bool {
+		l := levels(c)
+		return l[0] == fsm.MaxFeatureLevel && l[1] == fsm.MaxFeatureLevel && l[2] == fsm.MaxFeatureLevel
+	}, 10*time.Second, 20*time.Millisecond, "the cluster reaches its feature level")
 	ctx := ctxT(t, 30*time.Second)
 	waitLinearizable(t, ctx, l)
 	_, err := l.Node.Allocate(ctx, "ip", "10.96.0.30", "idle", 0, "")
@@ -308,10 +315,15 @@ func TestIdleAfterReadsConverges(t *testing.T) {
 	require.NoError(t, err)
 	commit := lst.CommitIndex
 	for _, n := range c.Live() {
-		require.Eventually(t, func() bool {
+		var applied atomic.Uint64 // the condition runs on a goroutine of its own
+		ok := assert.Eventually(t, func() bool {
 			st, err := n.Node.Cluster()
+			applied.Store(st.AppliedIndex)
 			return err == nil && st.AppliedIndex == commit && n.Node.Readiness().Ready
-		}, 10*time.Second, 20*time.Millisecond,
-			"%s applies the leader's commit index %d and is ready: %+v", n.ID, commit, n.Node.Readiness())
+		}, 10*time.Second, 20*time.Millisecond)
+		if !ok {
+			t.Fatalf("%s has not applied the leader's commit index %d and become ready: applied %d, %+v",
+				n.ID, commit, applied.Load(), n.Node.Readiness())
+		}
 	}
 }
