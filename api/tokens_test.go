@@ -280,6 +280,17 @@ func TestReload(t *testing.T) {
 	assert.NotContains(t, logs.String(), "ra_pasted_token")
 }
 
+// replaceFile gives path new content in one step, by rename, as an
+// operator's tool should: os.WriteFile truncates first, and a poll between
+// the truncation and the write reads an empty file, which is a valid
+// token file (it refuses every token).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
 func TestWatch(t *testing.T) {
 	logger, logs := testLogger()
 	p := writeTokenFile(t, TokenLine("tok-1", RoleRead, "one"))
@@ -292,14 +303,14 @@ func TestWatch(t *testing.T) {
 	known := func(token string) func() bool {
 		return func() bool { _, _, ok := tk.lookup(token); return ok }
 	}
-	require.NoError(t, os.WriteFile(p, []byte(TokenLine("tok-2", RoleWrite, "two")), 0o600))
+	replaceFile(t, p, TokenLine("tok-2", RoleWrite, "two"))
 	require.Eventually(t, known("tok-2"), 5*time.Second, 5*time.Millisecond)
 	assert.False(t, known("tok-1")())
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "token file reloaded") }, 5*time.Second, 5*time.Millisecond)
 
 	// A bad file is logged once at warn, naming the file and line, and the
 	// set in use stays.
-	require.NoError(t, os.WriteFile(p, []byte("# header\n"+TokenLine("tok-3", RoleRead, "three")+"\nsha256:zz read x\n"), 0o600))
+	replaceFile(t, p, "# header\n"+TokenLine("tok-3", RoleRead, "three")+"\nsha256:zz read x\n")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "token file not reloaded") }, 5*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // several more polls of the same bad file
 	out := logs.String()
@@ -311,7 +322,7 @@ func TestWatch(t *testing.T) {
 	assert.False(t, known("tok-3")())
 
 	// Fixed: picked up.
-	require.NoError(t, os.WriteFile(p, []byte(TokenLine("tok-3", RoleRead, "three")), 0o600))
+	replaceFile(t, p, TokenLine("tok-3", RoleRead, "three"))
 	require.Eventually(t, known("tok-3"), 5*time.Second, 5*time.Millisecond)
 }
 
