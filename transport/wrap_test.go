@@ -167,7 +167,10 @@ var rpcs = []struct {
 // peer b) through every kind of fault.
 func TestWrapGatesEveryPath(t *testing.T) {
 	noLeak(t)
-	const timeout = 50 * time.Millisecond
+	// timeout bounds the calls that must time out, short to keep the test
+	// quick; a call expected to succeed gets ample time, so that a loaded
+	// machine (the race detector, other packages' tests) cannot fail it.
+	const timeout, ample = 50 * time.Millisecond, 5 * time.Second
 	delayBoth := func(f *Faults) {
 		f.Delay(addrA, addrB, 10*time.Millisecond)
 		f.Delay(addrB, addrA, 10*time.Millisecond)
@@ -193,6 +196,9 @@ func TestWrapGatesEveryPath(t *testing.T) {
 			t.Run(rpc.name+"/"+fault.name, func(t *testing.T) {
 				f := NewFaults(1)
 				f.SetTimeout(timeout)
+				if fault.wantErr == nil {
+					f.SetTimeout(ample)
+				}
 				fault.set(f)
 				inner := &fakeTransport{}
 				w := Wrap(inner, addrA, f)
