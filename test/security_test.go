@@ -139,7 +139,7 @@ func TestForwardingNeedsMembership(t *testing.T) {
 // the cluster's CA but names no member cannot speak Raft to a follower: a
 // well-formed AppendEntries (a higher term, the follower's last entry as
 // the previous one, a forged allocation committed at once) is closed with
-// its connection, and the follower neither applies it nor moves its term.
+// its connection, and the follower neither applies it nor takes its term.
 // A member that is removed can open none either.
 func TestRaftPortNeedsMembership(t *testing.T) {
 	b := certstest.New(t, "n0", "n1", "n2", "n9")
@@ -173,13 +173,20 @@ func TestRaftPortNeedsMembership(t *testing.T) {
 		var resp raft.AppendEntriesResponse
 		return trans.AppendEntries(raft.ServerID(f.ID), raft.ServerAddress(f.Addr), req, &resp)
 	}
-	termOf := func() string { return f.Node.Stats()["term"] }
+	// The forged calls carry the follower's term plus 100. A term that
+	// moves by less is an ordinary election of a loaded machine's cluster;
+	// one that reaches the forged term is the forgery adopted.
+	termOf := func() uint64 {
+		term, err := strconv.ParseUint(f.Node.Stats()["term"], 10, 64)
+		require.NoError(t, err)
+		return term
+	}
 	before := termOf()
 	require.Error(t, forge("n9"), "a non-member's Raft connection is closed")
 	time.Sleep(300 * time.Millisecond)
 	_, err = f.Node.LocalState().Get("ip", "10.96.0.66")
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "nothing forged applied")
-	assert.Equal(t, before, termOf(), "the follower's term did not move")
+	assert.Less(t, termOf(), before+100, "the follower did not take the forged term")
 	_, err = l.Node.Allocate(ctx, "ip", "10.96.0.51", "after", 0, "")
 	require.NoError(t, err, "the cluster goes on")
 
@@ -200,5 +207,5 @@ func TestRaftPortNeedsMembership(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	_, err = f.Node.LocalState().Get("ip", "10.96.0.66")
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated})
-	assert.Equal(t, before, termOf())
+	assert.Less(t, termOf(), before+100, "the follower did not take the forged term")
 }
