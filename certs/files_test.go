@@ -226,8 +226,10 @@ func TestWatch(t *testing.T) {
 	certPEM, keyPEM, err := b.Authority.Issue("n1", []string{"127.0.0.1"}, time.Hour)
 	require.NoError(t, err)
 	writeInPlace(t, b.Node["n1"].Cert, certPEM[:100])
-	require.Eventually(t, func() bool { return containsAll(logs.String(), "[WARN]", b.Node["n1"].Cert) },
-		5*time.Second, 10*time.Millisecond, "a warning naming the file; logs:\n%s", logs.String())
+	if !assert.Eventually(t, func() bool { return containsAll(logs.String(), "[WARN]", b.Node["n1"].Cert) },
+		5*time.Second, 10*time.Millisecond) {
+		t.Fatalf("a warning naming the file; logs:\n%s", logs.String())
+	}
 	assert.Equal(t, old, served())
 
 	// Written whole, in place and then by rename, each is picked up.

@@ -41,8 +41,9 @@ func withFakeDisk(cfg Config) (Config, *fakeDisk) {
 // waitReason waits until n's readiness reason is want ("" for ready).
 func waitReason(t *testing.T, n *Node, want string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return n.Readiness().Reason == want }, 10*time.Second, 5*time.Millisecond,
-		"%s: readiness %+v, want reason %q", n.ID(), n.Readiness(), want)
+	if !assert.Eventually(t, func() bool { return n.Readiness().Reason == want }, 10*time.Second, 5*time.Millisecond) {
+		t.Fatalf("%s: readiness %+v, want reason %q", n.ID(), n.Readiness(), want)
+	}
 }
 
 // requireRefused requires err to be InsufficientStorage naming the node,

@@ -119,10 +119,12 @@ func TestE2ESecureClusterRefusesAttacks(t *testing.T) {
 	// Every node must have applied the writes before the state is taken:
 	// state reads each node's own (stale) view.
 	var before []string
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		before = s.state(t, ctx)
 		return strings.Count(before[0], "=honest") == 5 && sameViews(before)
-	}, 10*time.Second, 50*time.Millisecond, "every node applies the honest writes: %v", before)
+	}, 10*time.Second, 50*time.Millisecond) {
+		t.Fatalf("every node applies the honest writes: %v", s.state(t, ctx))
+	}
 
 	other := certstest.New(t, "n1", "x9")
 	for _, who := range []struct {

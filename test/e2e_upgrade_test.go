@@ -529,8 +529,9 @@ func (l *rollingLoad) write(g int, call func(context.Context, *client.Client) er
 func (l *rollingLoad) waitProgress(t *testing.T, step string, n int64) {
 	t.Helper()
 	from := l.acks.Load()
-	require.Eventually(t, func() bool { return l.acks.Load() >= from+n }, 60*time.Second, 20*time.Millisecond,
-		"%s: %d more writes acknowledged (%d so far)", step, n, l.acks.Load()-from)
+	if !assert.Eventually(t, func() bool { return l.acks.Load() >= from+n }, 60*time.Second, 20*time.Millisecond) {
+		t.Fatalf("%s: %d more writes acknowledged; %d so far", step, n, l.acks.Load()-from)
+	}
 }
 
 // check reads every allocation of the load's pools linearizably through c

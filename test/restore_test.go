@@ -57,8 +57,9 @@ func TestRestoreKeepsMembers(t *testing.T) {
 			assert.Equal(t, "from-backup", got.Owner, "the backup's allocations")
 		}
 		for _, m := range c.Live() {
-			require.Eventually(t, func() bool { return withAPI(m) }, 10*time.Second, 20*time.Millisecond,
-				"%s shows every member with its API address after a restore through %s: %+v", m.ID, via.ID, m.Node.LocalState().Members())
+			if !assert.Eventually(t, func() bool { return withAPI(m) }, 10*time.Second, 20*time.Millisecond) {
+				t.Fatalf("%s shows every member with its API address after a restore through %s: %+v", m.ID, via.ID, m.Node.LocalState().Members())
+			}
 			assert.Equal(t, want, m.Node.LocalState().Members(), "%s keeps the member table", m.ID)
 			assert.Equal(t, id, m.Node.LocalState().ClusterID(), "%s keeps the cluster ID", m.ID)
 			assert.Equal(t, id, m.Node.ClusterID())
