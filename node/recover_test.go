@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,14 +71,17 @@ func threeNodesOf(t *testing.T, store string) ([]*Node, []Config) {
 // has committed: every write acknowledged so far.
 func caughtUp(t *testing.T, n *Node, nodes []*Node) {
 	t.Helper()
-	var commit uint64
-	for _, o := range nodes {
-		if o.IsLeader() {
-			commit = o.raft.CommitIndex()
+	var commit atomic.Uint64 // the condition runs on a goroutine of its own
+	require.Eventually(t, func() bool {
+		for _, o := range nodes {
+			if o.IsLeader() {
+				commit.Store(o.raft.CommitIndex())
+				return true
+			}
 		}
-	}
-	require.NotZero(t, commit, "a leader")
-	require.Eventually(t, func() bool { return n.AppliedIndex() >= commit }, 10*time.Second, 10*time.Millisecond)
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "a leader")
+	require.Eventually(t, func() bool { return n.AppliedIndex() >= commit.Load() }, 10*time.Second, 10*time.Millisecond)
 }
 
 // dirDigest returns the SHA-256 of every file under dir, by path; of
