@@ -65,7 +65,7 @@ func ParseRole(s string) (Role, error) {
 // Token files.
 const (
 	// TokenPollInterval is how often Watch reads the token file by
-	// default: a change is in use within a few seconds.
+	// default: a change is in use after two reads, within five seconds.
 	TokenPollInterval = 2 * time.Second
 	// MaxTokenFile bounds a token file's size (some ten thousand tokens).
 	MaxTokenFile = 1 << 20
@@ -118,6 +118,7 @@ type Tokens struct {
 	badSum  [sha256.Size]byte
 	badErr  error // the error of the content whose SHA-256 is badSum
 	readErr string
+	lastSum [sha256.Size]byte // SHA-256 of the content the last read found
 }
 
 // LoadTokens reads the token file at path (format in parseTokens). A file
@@ -137,8 +138,8 @@ func LoadTokens(path string, logger hclog.Logger) (*Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokens{path: path, logger: logger}
-	t.set.Store(&tokenSet{entries: entries, sum: sha256.Sum256(data)})
+	t := &Tokens{path: path, logger: logger, lastSum: sha256.Sum256(data)}
+	t.set.Store(&tokenSet{entries: entries, sum: t.lastSum})
 	if len(entries) == 0 {
 		logger.Warn("the token file holds no tokens: every request but /healthz and /readyz is refused", "file", path)
 	}
@@ -158,13 +159,18 @@ func (t *Tokens) Len() int { return len(t.set.Load().entries) }
 // The file may have been rewritten in place or replaced by a rename (or a
 // symlink swap): it is read by path each time.
 func (t *Tokens) Reload() (changed bool, err error) {
-	changed, _, err = t.reload()
+	changed, _, err = t.reload(false)
 	return changed, err
 }
 
 // reload is Reload, also telling whether err is news: the first error for
-// this content (or this read failure), which Watch logs once.
-func (t *Tokens) reload() (changed, news bool, err error) {
+// this content (or this read failure), which Watch logs once. With settle
+// (Watch's reads), new content counts only once two reads in a row found
+// it: a file being rewritten in place is empty, or holds only its first
+// lines, for a moment, and both are valid token files. A read between the
+// truncation and the write must not replace the tokens in use (with none,
+// every request would be refused until the next read).
+func (t *Tokens) reload(settle bool) (changed, news bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	data, err := readTokenFile(t.path)
@@ -175,9 +181,14 @@ func (t *Tokens) reload() (changed, news bool, err error) {
 	}
 	t.readErr = ""
 	sum := sha256.Sum256(data)
+	last := t.lastSum
+	t.lastSum = sum
 	if sum == t.set.Load().sum {
 		t.badErr = nil
 		return false, false, nil
+	}
+	if settle && sum != last {
+		return false, false, nil // the next read decides
 	}
 	if t.badErr != nil && sum == t.badSum {
 		return false, false, t.badErr
@@ -192,10 +203,11 @@ func (t *Tokens) reload() (changed, news bool, err error) {
 	return true, false, nil
 }
 
-// Watch calls Reload every interval (TokenPollInterval if every <= 0)
-// until stop is closed. A change is logged at info; a file that cannot be
-// used is logged at warn (naming the file and line) once per bad content,
-// and the tokens in use stay as they were.
+// Watch reads the token file every interval (TokenPollInterval if
+// every <= 0) until stop is closed, and reloads it once two reads in a row
+// find the same new content (see reload). A change is logged at info; a
+// file that cannot be used is logged at warn (naming the file and line)
+// once per bad content, and the tokens in use stay as they were.
 func (t *Tokens) Watch(stop <-chan struct{}, every time.Duration) {
 	if every <= 0 {
 		every = TokenPollInterval
@@ -208,7 +220,7 @@ func (t *Tokens) Watch(stop <-chan struct{}, every time.Duration) {
 			return
 		case <-tick.C:
 		}
-		changed, news, err := t.reload()
+		changed, news, err := t.reload(true)
 		switch {
 		case changed:
 			t.logger.Info("token file reloaded", "file", t.path, "tokens", t.Len())

@@ -326,6 +326,80 @@ func TestWatch(t *testing.T) {
 	require.Eventually(t, known("tok-3"), 5*time.Second, 5*time.Millisecond)
 }
 
+// TestWatchWaitsForSettledContent: Watch's reads take new content only
+// once two reads in a row found it, so a file caught in the middle of an
+// in-place rewrite (empty, or only its first lines: both valid token
+// files) never replaces the tokens in use; content that stays is taken,
+// an empty file too.
+func TestWatchWaitsForSettledContent(t *testing.T) {
+	logger, _ := testLogger()
+	one, two := TokenLine("tok-1", RoleRead, "one"), TokenLine("tok-2", RoleWrite, "two")
+	p := writeTokenFile(t, one, two)
+	tk, err := LoadTokens(p, logger)
+	require.NoError(t, err)
+	known := func(token string) bool { _, _, ok := tk.lookup(token); return ok }
+	write := func(content string) { require.NoError(t, os.WriteFile(p, []byte(content), 0o600)) }
+	poll := func() (changed bool, err error) {
+		changed, _, err = tk.reload(true)
+		return changed, err
+	}
+
+	// Truncated, then written again whole between two reads.
+	write("")
+	changed, err := poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "an empty file read once is not taken")
+	assert.True(t, known("tok-1") && known("tok-2"), "the tokens in use stay")
+	write(one + "\n" + two)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "the content in use again: nothing to do")
+
+	// Caught with only its first line, then whole with a third.
+	three := TokenLine("tok-3", RoleAdmin, "three")
+	write(one + "\n")
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	assert.True(t, known("tok-2"), "a file read once with its first lines only is not taken")
+	write(one + "\n" + two + "\n" + three)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "new content read once is not taken yet")
+	assert.False(t, known("tok-3"))
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.True(t, changed, "read twice, it is taken")
+	assert.True(t, known("tok-1") && known("tok-2") && known("tok-3"))
+
+	// A bad line is reported once it stays, and only then.
+	write(one + "\nsha256:zz read x\n")
+	_, err = poll()
+	require.NoError(t, err, "not judged on one read")
+	_, err = poll()
+	var fe *TokenFileError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, 2, fe.Line)
+	assert.True(t, known("tok-3"), "the tokens in use stay")
+
+	// An empty file that stays is taken: it refuses every token.
+	write("")
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Zero(t, tk.Len())
+
+	// Reload, asked for, takes what it reads at once.
+	write(two)
+	changed, err = tk.Reload()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.True(t, known("tok-2"))
+}
+
 // FuzzParseTokens: no content of a token file makes the parser panic, and
 // what it accepts round-trips through TokenLine.
 func FuzzParseTokens(f *testing.F) {
