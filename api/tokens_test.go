@@ -280,10 +280,11 @@ func TestReload(t *testing.T) {
 	assert.NotContains(t, logs.String(), "ra_pasted_token")
 }
 
-// replaceFile gives path new content in one step, by rename, as an
-// operator's tool should: os.WriteFile truncates first, and a poll between
-// the truncation and the write reads an empty file, which is a valid
-// token file (it refuses every token).
+// replaceFile gives path new content in one step, by rename. os.WriteFile
+// truncates first: two of TestWatch's reads, 10 ms apart, in the moment
+// before the write would find an empty file twice and take it (a valid
+// token file, refusing every token), however rarely.
+// TestWatchWaitsForSettledContent covers in-place rewrites read midway.
 func replaceFile(t *testing.T, path, content string) {
 	t.Helper()
 	tmp := path + ".new"
