@@ -157,11 +157,17 @@ func (t *Tokens) Len() int { return len(t.set.Load().entries) }
 // use at once (changed true); content that does not (or a file that cannot
 // be read) leaves the tokens in use as they were and returns the error.
 // The file may have been rewritten in place or replaced by a rename (or a
-// symlink swap): it is read by path each time.
+// symlink swap): it is read by path each time. Unlike Watch, Reload does
+// not wait for the content to settle: called in the middle of an in-place
+// rewrite, it takes what it reads.
 func (t *Tokens) Reload() (changed bool, err error) {
 	changed, _, err = t.reload(false)
 	return changed, err
 }
+
+// poll is one of Watch's reads: reload, taking new content only once it
+// has settled.
+func (t *Tokens) poll() (changed, news bool, err error) { return t.reload(true) }
 
 // reload is Reload, also telling whether err is news: the first error for
 // this content (or this read failure), which Watch logs once. With settle
@@ -220,7 +226,7 @@ func (t *Tokens) Watch(stop <-chan struct{}, every time.Duration) {
 			return
 		case <-tick.C:
 		}
-		changed, news, err := t.reload(true)
+		changed, news, err := t.poll()
 		switch {
 		case changed:
 			t.logger.Info("token file reloaded", "file", t.path, "tokens", t.Len())

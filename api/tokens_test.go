@@ -341,7 +341,8 @@ func TestWatchWaitsForSettledContent(t *testing.T) {
 	known := func(token string) bool { _, _, ok := tk.lookup(token); return ok }
 	write := func(content string) { require.NoError(t, os.WriteFile(p, []byte(content), 0o600)) }
 	poll := func() (changed bool, err error) {
-		changed, _, err = tk.reload(true)
+		changed, news, err := tk.poll()
+		assert.Equal(t, err != nil, news, "an error is news the first time only, and this test reads each bad content once")
 		return changed, err
 	}
 
@@ -382,6 +383,29 @@ func TestWatchWaitsForSettledContent(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, 2, fe.Line)
 	assert.True(t, known("tok-3"), "the tokens in use stay")
+	_, news, err := tk.poll()
+	assert.Error(t, err)
+	assert.False(t, news, "logged once per bad content: not again")
+
+	// Back to the content in use, then away and back: each new read of
+	// other content starts over.
+	write(one + "\n" + two + "\n" + three)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	write(one)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	write(one + "\n" + two + "\n" + three)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	write(one)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "read once since the file last differed: not taken")
+	assert.True(t, known("tok-2"))
 
 	// An empty file that stays is taken: it refuses every token.
 	write("")
