@@ -387,24 +387,15 @@ func TestWatchWaitsForSettledContent(t *testing.T) {
 	assert.Error(t, err)
 	assert.False(t, news, "logged once per bad content: not again")
 
-	// Back to the content in use, then away and back: each new read of
-	// other content starts over.
-	write(one + "\n" + two + "\n" + three)
-	changed, err = poll()
-	require.NoError(t, err)
-	assert.False(t, changed)
-	write(one)
-	changed, err = poll()
-	require.NoError(t, err)
-	assert.False(t, changed)
-	write(one + "\n" + two + "\n" + three)
-	changed, err = poll()
-	require.NoError(t, err)
-	assert.False(t, changed)
-	write(one)
-	changed, err = poll()
-	require.NoError(t, err)
-	assert.False(t, changed, "read once since the file last differed: not taken")
+	// Back to the content in use, then away and back, one read each: a
+	// read of other content starts over, so none is taken.
+	inUse := one + "\n" + two + "\n" + three
+	for i, content := range []string{inUse, one, inUse, one} {
+		write(content)
+		changed, err = poll()
+		require.NoError(t, err)
+		assert.False(t, changed, "read %d: read once since the file last differed", i)
+	}
 	assert.True(t, known("tok-2"))
 
 	// An empty file that stays is taken: it refuses every token.
