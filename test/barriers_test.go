@@ -299,10 +299,7 @@ func TestIdleAfterReadsConverges(t *testing.T) {
 	// The new leader's last entry of its own raises the feature level
 	// after the pools: once every node has it, the reads below are the
 	// log's last entries.
-	require.Eventually(t, func() bool {
-		l := levels(c)
-		return l[0] == fsm.MaxFeatureLevel && l[1] == fsm.MaxFeatureLevel && l[2] == fsm.MaxFeatureLevel
-	}, 10*time.Second, 20*time.Millisecond, "the cluster reaches its feature level")
+	waitLevel(t, c)
 	ctx := ctxT(t, 30*time.Second)
 	waitLinearizable(t, ctx, l)
 	_, err := l.Node.Allocate(ctx, "ip", "10.96.0.30", "idle", 0, "")

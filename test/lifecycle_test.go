@@ -20,6 +20,20 @@ func levels(c *cluster.Cluster) []int {
 	return out
 }
 
+// waitLevel waits until every live node has this release's feature level:
+// a new cluster's leader raises it last of its own first entries.
+func waitLevel(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, l := range levels(c) {
+			if l != fsm.MaxFeatureLevel {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "every node reaches this release's feature level")
+}
+
 func memberOf(t *testing.T, st node.ClusterStatus, id string) node.Member {
 	t.Helper()
 	for _, m := range st.Members {

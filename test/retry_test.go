@@ -70,6 +70,10 @@ func forwardedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node
 func proposedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node.Node, []fsm.Allocation) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
+	// The leader's own entries (the feature level comes last) must be
+	// committed before the cut: one still in flight would hold the
+	// leader's only slot, and the allocation would never be replicated.
+	waitLevel(t, c)
 	var others []int
 	for _, m := range c.Live() {
 		if m != l {
