@@ -36,7 +36,7 @@ set -euo pipefail
 MUTATIONS=$(cat <<'EOF'
 linearize-no-read-entry | node/read.go | s{go func\(\) \{ committed <- n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\.Error\(\) \}\(\)}{committed <- nil} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$|^TestLinearizableReadWaitsForApply$
 read-entry-as-barrier | node/read.go | s{n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)}{n.raft.Barrier(0)} | ./test/ | ^TestIdleAfterReadsConverges$
-raft-peer-gate-open | node/node.go | s{\tif len\(servers\) == 0 \{}{\tif true \{} | ./test/ | ^TestRaftPortNeedsMembership$
+raft-peer-gate-open | node/node.go | s{\treturn member \|\| empty\n}{\treturn member || empty || id != ""\n} | ./test/ | ^TestRaftPortNeedsMembership$
 rpc-member-gate-open | node/forward.go | s{if !s\.secure \{}{if true \{} | ./test/ | ^TestForwardingNeedsMembership$
 guard-role-ignored | api/auth.go | s{if has < need \{}{if false \{} | ./api/ | ^TestGuardRoutes$
 tls-client-cert-optional | certs/config.go | s{cfg\.ClientAuth = tls\.RequireAndVerifyClientCert}{cfg.ClientAuth = tls.VerifyClientCertIfGiven} | ./transport/ | ^TestTLSNeedsClientCertificate$
