@@ -61,7 +61,7 @@ handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remot
 pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
 last-voter-removable | node/members.go | s{case voter && voters == 1:}{case voter && voters == 0:} | ./test/ | ^TestOperationsThatCannotSucceed$
-restore-replaces-members | node/write.go | s{if err := b\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\)\); err != nil \{}{if err := b.Write(f, nil, ""); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
+restore-replaces-members | node/write.go | s{if err := b\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
 EOF
 )
 
