@@ -50,10 +50,7 @@ func memberOf(t *testing.T, st node.ClusterStatus, id string) node.Member {
 func TestNewClusterStartsAtItsLevel(t *testing.T) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	waitPools(t, c)
-	require.Eventually(t, func() bool {
-		l := levels(c)
-		return l[0] == fsm.MaxFeatureLevel && l[1] == fsm.MaxFeatureLevel && l[2] == fsm.MaxFeatureLevel
-	}, 10*time.Second, 20*time.Millisecond)
+	waitLevel(t, c)
 }
 
 // TestNewClusterWithAFounderDown: a founder that dies before the first
