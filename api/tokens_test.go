@@ -408,6 +408,22 @@ func TestWatchWaitsForSettledContent(t *testing.T) {
 	assert.True(t, changed)
 	assert.Zero(t, tk.Len())
 
+	// A file read once, then gone for a read (moved aside while it is
+	// replaced), then back with the same content: read twice, taken.
+	write(one)
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	require.NoError(t, os.Rename(p, p+".aside"))
+	_, err = poll()
+	assert.Error(t, err, "a file that cannot be read")
+	assert.Zero(t, tk.Len(), "the tokens in use stay")
+	require.NoError(t, os.Rename(p+".aside", p))
+	changed, err = poll()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.True(t, known("tok-1"))
+
 	// Reload, asked for, takes what it reads at once.
 	write(two)
 	changed, err = tk.Reload()
