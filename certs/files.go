@@ -45,7 +45,8 @@ type Files struct {
 	logger hclog.Logger
 	cur    atomic.Pointer[material]
 
-	mu sync.Mutex // serializes Reload
+	mu       sync.Mutex           // serializes reloads, guards lastSums
+	lastSums [3][sha256.Size]byte // what the last read found
 }
 
 // Load reads the files now. Errors name the file and what is wrong with it
@@ -68,6 +69,7 @@ func Load(p Paths, logger hclog.Logger) (*Files, error) {
 		return nil, err
 	}
 	f.cur.Store(m)
+	f.lastSums = m.sums
 	f.describe(m, "loaded TLS files")
 	return f, nil
 }
@@ -84,16 +86,37 @@ func (f *Files) Leaf() *x509.Certificate {
 }
 
 // Reload re-reads the files; on any error it keeps the material it had and
-// returns the error. It returns whether anything changed.
-func (f *Files) Reload() (changed bool, err error) {
+// returns the error. It returns whether anything changed. Unlike Watch,
+// Reload does not wait for the files to settle: called in the middle of
+// an in-place rewrite, it takes what it reads if that parses.
+func (f *Files) Reload() (changed bool, err error) { return f.reload(false) }
+
+// poll is one of Watch's reads: reload, taking new content only once it
+// has settled.
+func (f *Files) poll() (changed bool, err error) { return f.reload(true) }
+
+// reload is Reload. With settle (Watch's reads), new content counts only
+// once two reads in a row found it, byte for byte: a file rewritten in
+// place holds only its first part for a moment, and a CA bundle or a
+// certificate chain cut after one of its certificates still parses (a
+// node would drop trust in the bundle's other CAs, or serve its
+// certificate without the intermediates, until the next read). Content
+// that does not parse is reported only once it has settled too.
+func (f *Files) reload(settle bool) (changed bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	raw, err := f.readAll()
 	if err != nil {
 		return false, err
 	}
-	if raw.sums() == f.cur.Load().sums {
+	sums := raw.sums()
+	last := f.lastSums
+	f.lastSums = sums
+	if sums == f.cur.Load().sums {
 		return false, nil
+	}
+	if settle && sums != last {
+		return false, nil // the next read decides
 	}
 	m, err := f.parse(raw)
 	if err != nil {
@@ -106,10 +129,11 @@ func (f *Files) Reload() (changed bool, err error) {
 
 // Watch re-reads the files every `every` (DefaultWatchInterval if not
 // positive) until stop closes. A change, whether a file was replaced by
-// rename or rewritten in place, is picked up within one period: the
-// files' contents are compared, not their times. A bad or half-written
-// file is logged as a warning naming it, once per distinct error, and the
-// last good material stays in use.
+// rename or rewritten in place, is picked up once two reads in a row find
+// the same new content (see reload), within two periods: the files'
+// contents are compared, not their times. A bad file is logged as a
+// warning naming it, once per distinct error, and the last good material
+// stays in use.
 func (f *Files) Watch(stop <-chan struct{}, every time.Duration) {
 	if every <= 0 {
 		every = DefaultWatchInterval
@@ -123,7 +147,7 @@ func (f *Files) Watch(stop <-chan struct{}, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		_, err := f.Reload()
+		_, err := f.poll()
 		switch {
 		case err != nil && err.Error() != last:
 			args := []any{"error", err}

@@ -1,6 +1,7 @@
 package certs_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -251,4 +252,59 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestWatchWaitsForSettledFiles drives Watch's reads one by one through a
+// CA file rewritten in place: caught after its first certificate, the
+// bundle still parses, yet taking it would drop trust in the other CA.
+func TestWatchWaitsForSettledFiles(t *testing.T) {
+	old, nw := certstest.New(t, "n1", "n2"), certstest.New(t, "n3")
+	srv := load(t, old.Node["n1"])
+	srvCfg, err := srv.ServerConfig(true)
+	require.NoError(t, err)
+	fromOld := clientConfig(t, old.Node["n2"])
+	fromNew := clientConfig(t, certs.Paths{Cert: nw.Node["n3"].Cert, Key: nw.Node["n3"].Key, CA: old.CA})
+	accepts := func(cli *tls.Config) bool { return exchange(t, srvCfg, cli).clientErr == nil }
+	require.True(t, accepts(fromOld))
+	require.False(t, accepts(fromNew), "a certificate of another CA is refused")
+
+	oldCA, err := os.ReadFile(old.CA)
+	require.NoError(t, err)
+	newCA, err := os.ReadFile(nw.CA)
+	require.NoError(t, err)
+	bundle := append(append([]byte(nil), newCA...), oldCA...)
+
+	// The bundle written in place, caught with its first certificate only.
+	writeInPlace(t, old.CA, newCA)
+	changed, err := srv.Poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "a CA file read once is not taken")
+	assert.True(t, accepts(fromOld), "the CA in use is still trusted")
+	writeInPlace(t, old.CA, bundle)
+	changed, err = srv.Poll()
+	require.NoError(t, err)
+	assert.False(t, changed, "new content read once is not taken yet")
+	assert.False(t, accepts(fromNew))
+	changed, err = srv.Poll()
+	require.NoError(t, err)
+	assert.True(t, changed, "read twice, it is taken")
+	assert.True(t, accepts(fromOld), "the bundle trusts the old CA")
+	assert.True(t, accepts(fromNew), "and the new one")
+
+	// A file that does not parse is reported once it stays, and only then.
+	writeInPlace(t, old.CA, oldCA[:100])
+	_, err = srv.Poll()
+	require.NoError(t, err, "not judged on one read")
+	_, err = srv.Poll()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), old.CA)
+	assert.True(t, accepts(fromNew), "the bundle in use stays")
+
+	// Reload takes what it reads at once.
+	writeInPlace(t, old.CA, oldCA)
+	changed, err = srv.Reload()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.False(t, accepts(fromNew))
+	assert.True(t, accepts(fromOld))
 }

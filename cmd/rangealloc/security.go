@@ -108,8 +108,8 @@ type security struct {
 }
 
 // load reads every file the flags name and starts watching them: a
-// changed file is re-read within certs.DefaultWatchInterval, and a bad one
-// keeps the last good material in use. close stops the watches.
+// changed file is taken once two reads certs.DefaultWatchInterval apart
+// agree, and a bad one keeps the last good material in use. close stops the watches.
 func (s *securityFlags) load(logger hclog.Logger) (*security, error) {
 	sec := &security{stop: make(chan struct{})}
 	var watch []func()
