@@ -28,10 +28,12 @@ run: build ## one node with the default pools, data under ./data
 cluster: build ## three local nodes on 127.0.0.1:7080/7082/7084 until Ctrl-C
 	BIN=$(BIN) scripts/cluster.sh
 
-lint: ## gofmt check and go vet
+lint: ## gofmt check, go vet, and every mutation of `make mutate` still applies to the code it names
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@out=$$(scripts/mutate.sh -n 2>&1) || { echo "$$out" | grep -E '^== ' | grep -v 'matched 1 time'; \
+	  echo "these mutations no longer apply to the code they name: mend their rows in scripts/mutate.sh"; exit 1; }
 
 test: lint ## lint, then every test (seed corpora of the fuzz targets included) under the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
