@@ -87,7 +87,7 @@ the CPUs, and CPU/OP is what an operation costs them.`,
 	fl.IntVar(&f.clients, "clients", 16, "concurrent clients")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.StringVar(&f.pool, "pool", "clusterip-ipv4", "pool to allocate from")
-	fl.StringVar(&f.mix, "mix", "allocate=1,release=1", "operation weights: allocate=N,release=N,get=N,health=N")
+	fl.StringVar(&f.mix, "mix", "allocate=1,release=1", "operation weights: allocate=N,release=N,get=N,health=N; or service-create=N,service-delete=N")
 	fl.IntVar(&f.count, "count", 1, "values per allocate (1-4096)")
 	fl.StringVar(&f.nodes, "nodes", "", `"all": spread clients over every member's API; or a comma list of HTTP addresses (default: --addr)`)
 	return cmd
