@@ -26,8 +26,10 @@
 //     reverse order.
 //   - A request with an ID is applied at most once. Its Result is
 //     remembered (the most recent RequestTableSize requests, evicted in log
-//     order) and returned again to a retry with the same fingerprint; the
-//     same ID with another request fails with IdempotencyKeyReused.
+//     order; from feature level 3 on, that many keyed requests and as many
+//     with IDs nodes drew) and returned again to a retry with the same
+//     fingerprint; the same ID with another request fails with
+//     IdempotencyKeyReused.
 //   - Domain failures are Results, never errors of Apply.
 //
 // The state lives behind one RWMutex: ApplyBatch takes it once per batch,

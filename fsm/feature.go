@@ -14,10 +14,20 @@ import "fmt"
 //     format 3. A state that never recorded a level is at level 1.
 //   - Level 2: KindSetFeatureLevel itself; KindSetMemberNonvoter; snapshot
 //     format 4, which records the level and the members kept non-voters.
+//   - Level 3: the request table counts keyed requests and the ones whose
+//     ID a node drew apart (requests.go), so writes without a key never
+//     evict a keyed request's result. No new kind or format: what changes
+//     is which results every replica remembers, so all must change at one
+//     log index.
 //
 // A new kind or format bumps MaxFeatureLevel and names its level in
-// kindLevels (or in the snapshot package's choice of format).
-const MaxFeatureLevel = 2
+// kindLevels (or in the snapshot package's choice of format); so does a
+// new rule of Apply.
+const MaxFeatureLevel = 3
+
+// levelRequestClasses is the feature level from which the request table
+// counts keyed and drawn requests apart.
+const levelRequestClasses = 3
 
 // kindLevels is the feature level that introduced each kind; kinds not
 // listed are level 1.
@@ -56,7 +66,17 @@ func (s *state) setFeatureLevel(level uint64) *Result {
 		return &Result{}
 	}
 	s.featureLevel = level
+	s.applyLevel()
 	return &Result{Created: true}
+}
+
+// applyLevel puts in force the rules of the state's feature level: called
+// when the level is raised, and when a snapshot is read (before its
+// requests are put back).
+func (s *state) applyLevel() {
+	if s.level() >= levelRequestClasses {
+		s.requests.countClasses()
+	}
 }
 
 // FeatureLevel returns the cluster's feature level, 1 until one was raised.

@@ -311,6 +311,132 @@ func TestRequestTableByteBound(t *testing.T) {
 	assert.Equal(t, 1, tab.len())
 }
 
+// TestKeyedRequestsOutliveDrawnOnes: from feature level 3 on, writes whose
+// ID a node drew (they came without a key) no longer evict a keyed
+// request's result: RequestTableSize keyed requests are remembered
+// whatever else is written. Before level 3 they share one count, as every
+// replica of a cluster not yet raised must keep doing.
+func TestKeyedRequestsOutliveDrawnOnes(t *testing.T) {
+	for _, level := range []uint64{2, levelRequestClasses} {
+		t.Run(fmt.Sprintf("level %d", level), func(t *testing.T) {
+			h := newHarness(t)
+			require.Nil(t, h.one(&Request{Kind: KindSetFeatureLevel, FeatureLevel: level}).Err)
+			h.pool("p", "10.96.0.0/12")
+			keyed := &Request{Kind: KindTxn, ID: "k", Seed: 1, Ops: []Op{alloc("p", "", "o")}}
+			first := h.one(keyed)
+			require.Nil(t, first.Err)
+			drawn := func(i int) string { return fmt.Sprintf("%sd-%d", DrawnRequestPrefix, i) }
+			n := RequestTableSize + 10
+			reqs := make([]*Request, 0, 1000)
+			for i := 0; i < n; i++ {
+				reqs = append(reqs, &Request{Kind: KindTxn, ID: drawn(i), Seed: uint64(i + 2), Ops: []Op{alloc("p", "", "o")}})
+				if len(reqs) == cap(reqs) || i == n-1 {
+					h.apply(reqs...)
+					reqs = reqs[:0]
+				}
+			}
+			retry := h.one(&Request{Kind: KindTxn, ID: "k", Seed: 99, Ops: keyed.Ops})
+			require.Nil(t, retry.Err)
+			st, _ := h.f.Pool("p")
+			if level < levelRequestClasses {
+				assert.NotEqual(t, answer(first), answer(retry), "evicted by the writes without a key, the retry allocates again")
+				assert.Equal(t, n+2, st.Used)
+				assert.Equal(t, RequestTableSize, h.f.s.requests.len())
+				return
+			}
+			assert.Equal(t, answer(first), answer(retry), "the keyed request outlives %d drawn ones: its retry gets the first answer", n)
+			assert.Equal(t, n+1, st.Used, "and allocates nothing more")
+			assert.Equal(t, RequestTableSize+1, h.f.s.requests.len())
+			for i := 0; i < 10; i++ {
+				_, ok := h.f.RequestResult(drawn(i))
+				assert.False(t, ok, "%s is among the oldest drawn requests and was evicted", drawn(i))
+			}
+			_, ok := h.f.RequestResult(drawn(10))
+			assert.True(t, ok, "%s is remembered", drawn(10))
+		})
+	}
+}
+
+// TestRequestClassesFromTheRaise: raising the level to 3 sorts the
+// remembered requests into their classes, keeping log order, and a
+// snapshot taken after it reads back as the same table, even one holding
+// more requests than the count before level 3 allows.
+func TestRequestClassesFromTheRaise(t *testing.T) {
+	s := newState()
+	id := func(i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("%sd-%d", DrawnRequestPrefix, i)
+		}
+		return fmt.Sprintf("k-%d", i)
+	}
+	ids := func(es []*requestEntry) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.id
+		}
+		return out
+	}
+	var want []string
+	for i := 0; i < 30; i++ {
+		s.requests.put(&requestEntry{id: id(i), index: uint64(i / 2), result: EncodeResult(&Result{Index: uint64(i / 2)})})
+		want = append(want, id(i))
+	}
+	require.Zero(t, s.requests.queues[drawnRequests].len(), "before level 3, one queue")
+	require.Nil(t, s.setFeatureLevel(levelRequestClasses).Err)
+	assert.Equal(t, 10, s.requests.queues[drawnRequests].len(), "the drawn requests have their own queue")
+	assert.Equal(t, 20, s.requests.queues[keyedRequests].len())
+	assert.Equal(t, want, ids(s.requests.entries()), "in log order still")
+
+	// Fill the keyed class to its bound: with the drawn ones, more than
+	// RequestTableSize in all.
+	for i := 30; s.requests.queues[keyedRequests].len() < RequestTableSize; i++ {
+		if id(i)[0] == 'k' {
+			s.requests.put(&requestEntry{id: id(i), index: uint64(i / 2), result: EncodeResult(&Result{Index: uint64(i / 2)})})
+			want = append(want, id(i))
+		}
+	}
+	want = want[:0]
+	want = append(want, ids(s.requests.entries())...)
+	require.Greater(t, len(want), RequestTableSize)
+	back, err := importState(s.export())
+	require.NoError(t, err)
+	assert.Equal(t, want, ids(back.requests.entries()), "a snapshot keeps every remembered request, in order")
+	assert.Equal(t, s.requests.bytes, back.requests.bytes)
+	for _, q := range []int{keyedRequests, drawnRequests} {
+		assert.Equal(t, s.requests.queues[q].len(), back.requests.queues[q].len(), "queue %d", q)
+	}
+	c := s.requests.clone()
+	assert.Equal(t, want, ids(c.entries()), "so does a copy")
+}
+
+// TestRequestTableByteBoundAcrossClasses: the byte bound evicts the oldest
+// request of either class.
+func TestRequestTableByteBoundAcrossClasses(t *testing.T) {
+	tab := newRequestTable()
+	tab.countClasses()
+	big := make([]byte, 200_000)
+	id := func(i int) string {
+		if i%2 == 1 {
+			return fmt.Sprintf("%sc-%d", DrawnRequestPrefix, i)
+		}
+		return fmt.Sprintf("c-%d", i)
+	}
+	n := RequestTableBytes/len(big) + 10
+	for i := 0; i < n; i++ {
+		tab.put(&requestEntry{id: id(i), result: big})
+		require.LessOrEqual(t, tab.bytes, RequestTableBytes, "after %d puts", i+1)
+	}
+	kept := tab.len()
+	for i := 0; i < n; i++ {
+		assert.Equal(t, i >= n-kept, tab.get(id(i)) != nil, "%s: only the newest %d are remembered", id(i), kept)
+	}
+	live := 0
+	for _, e := range tab.entries() {
+		live += e.size()
+	}
+	assert.Equal(t, live, tab.bytes, "bytes always equals the size of the live entries")
+}
+
 func TestUndecodableEntryStopsTheNode(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"unknown type": {9, 0},

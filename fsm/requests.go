@@ -1,5 +1,7 @@
 package fsm
 
+import "strings"
+
 // The request table remembers the RequestTableSize most recent requests,
 // and fewer when their encoded results exceed RequestTableBytes in total;
 // the oldest are evicted first, in log order. A single allocation's result
@@ -7,6 +9,15 @@ package fsm
 // allocations (about 200 KB each at count 4096), where it keeps a node's
 // memory bounded. Both numbers are part of the replicated state's
 // definition: every replica must use the same.
+//
+// From feature level 3 on (levelRequestClasses), the count bound applies
+// to two classes apart: requests whose ID a caller chose (an
+// Idempotency-Key, or the embedded API's request ID), and requests whose
+// ID a node drew because the write came without one (DrawnRequestPrefix).
+// So RequestTableSize keyed requests are remembered however many writes
+// come without a key: a drawn ID only serves the node's own retries of
+// one call. The byte bound still covers both, evicting the oldest of
+// either class.
 const (
 	RequestTableSize  = 100_000
 	RequestTableBytes = 256 << 20
@@ -14,11 +25,55 @@ const (
 	maxRememberedResult = 1 << 20
 )
 
+// DrawnRequestPrefix begins the request IDs a node draws for writes that
+// come without one. A caller's request ID may not begin with it.
+const DrawnRequestPrefix = "rangealloc:"
+
+// IsDrawnRequestID reports whether id is of the form a node draws.
+func IsDrawnRequestID(id string) bool { return strings.HasPrefix(id, DrawnRequestPrefix) }
+
 type requestEntry struct {
 	id     string
 	fp     uint64
 	index  uint64 // of the entry that carried the request
 	result []byte // EncodeResult's form: a retry is rare, memory is not
+	seq    uint64 // the table's count of puts before this one: log order, within an entry too
+}
+
+// The request table's classes (queues), apart from feature level 3 on.
+const (
+	keyedRequests = 0 // before level 3, every request
+	drawnRequests = 1
+)
+
+// requestQueue holds one class's entries in log order; q[head:] are live.
+type requestQueue struct {
+	q    []*requestEntry
+	head int
+}
+
+func (q *requestQueue) len() int { return len(q.q) - q.head }
+
+func (q *requestQueue) live() []*requestEntry { return q.q[q.head:] }
+
+// oldest returns the queue's oldest entry, or nil if it is empty.
+func (q *requestQueue) oldest() *requestEntry {
+	if q.len() == 0 {
+		return nil
+	}
+	return q.q[q.head]
+}
+
+// pop removes the oldest entry and returns it.
+func (q *requestQueue) pop() *requestEntry {
+	e := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
+	if q.head > 1024 && q.head > len(q.q)/2 {
+		q.q = append([]*requestEntry(nil), q.q[q.head:]...)
+		q.head = 0
+	}
+	return e
 }
 
 // requestTable remembers the result of the most recent requests by ID, in
@@ -26,10 +81,11 @@ type requestEntry struct {
 // copy of the owner strings). Entries are immutable once stored, so copies
 // share them.
 type requestTable struct {
-	byID  map[string]*requestEntry
-	queue []*requestEntry // log order; queue[head:] are live
-	head  int
-	bytes int // the size of the live entries' IDs and results
+	byID    map[string]*requestEntry
+	classes bool            // keyed and drawn requests counted apart (level 3 on)
+	queues  [2]requestQueue // by class; all in keyedRequests until classes
+	puts    uint64          // the next entry's seq
+	bytes   int             // the size of the live entries' IDs and results
 }
 
 func (e *requestEntry) size() int { return len(e.id) + len(e.result) }
@@ -40,35 +96,95 @@ func newRequestTable() *requestTable {
 
 func (t *requestTable) get(id string) *requestEntry { return t.byID[id] }
 
-func (t *requestTable) len() int { return len(t.queue) - t.head }
+func (t *requestTable) len() int {
+	return t.queues[keyedRequests].len() + t.queues[drawnRequests].len()
+}
 
-// put stores a result, evicting the oldest entry beyond RequestTableSize.
-func (t *requestTable) put(e *requestEntry) {
-	t.byID[e.id] = e
-	t.queue = append(t.queue, e)
-	t.bytes += e.size()
-	for t.len() > RequestTableSize || (t.bytes > RequestTableBytes && t.len() > 1) {
-		old := t.queue[t.head]
-		t.queue[t.head] = nil
-		t.head++
-		t.bytes -= old.size()
-		if t.byID[old.id] == old {
-			delete(t.byID, old.id)
-		}
+// class is the queue of a request ID.
+func (t *requestTable) class(id string) int {
+	if t.classes && IsDrawnRequestID(id) {
+		return drawnRequests
 	}
-	if t.head > 1024 && t.head > len(t.queue)/2 {
-		t.queue = append([]*requestEntry(nil), t.queue[t.head:]...)
-		t.head = 0
+	return keyedRequests
+}
+
+// put stores a result, evicting the oldest entries of its class beyond
+// RequestTableSize, then the oldest of any class while the results exceed
+// RequestTableBytes (one entry stays, however large).
+func (t *requestTable) put(e *requestEntry) {
+	e.seq = t.puts
+	t.puts++
+	t.byID[e.id] = e
+	q := &t.queues[t.class(e.id)]
+	q.q = append(q.q, e)
+	t.bytes += e.size()
+	for q.len() > RequestTableSize {
+		t.evict(q)
+	}
+	for t.bytes > RequestTableBytes && t.len() > 1 {
+		t.evict(t.oldestQueue())
 	}
 }
 
-// entries returns the live entries, oldest first.
-func (t *requestTable) entries() []*requestEntry { return t.queue[t.head:] }
+// evict forgets the oldest entry of q.
+func (t *requestTable) evict(q *requestQueue) {
+	old := q.pop()
+	t.bytes -= old.size()
+	if t.byID[old.id] == old {
+		delete(t.byID, old.id)
+	}
+}
+
+// oldestQueue returns the queue whose oldest entry is the table's oldest.
+func (t *requestTable) oldestQueue() *requestQueue {
+	k, d := t.queues[keyedRequests].oldest(), t.queues[drawnRequests].oldest()
+	if d != nil && (k == nil || d.seq < k.seq) {
+		return &t.queues[drawnRequests]
+	}
+	return &t.queues[keyedRequests]
+}
+
+// countClasses moves the table to counting keyed and drawn requests apart
+// (the cluster reached levelRequestClasses): the drawn ones move to their
+// own queue, each queue keeping log order. Each class then holds at most
+// what the whole table held, so nothing is evicted.
+func (t *requestTable) countClasses() {
+	if t.classes {
+		return
+	}
+	t.classes = true
+	all := t.queues[keyedRequests].live()
+	t.queues = [2]requestQueue{}
+	for _, e := range all {
+		q := &t.queues[t.class(e.id)]
+		q.q = append(q.q, e)
+	}
+}
+
+// entries returns the live entries, oldest first (log order).
+func (t *requestTable) entries() []*requestEntry {
+	k, d := t.queues[keyedRequests].live(), t.queues[drawnRequests].live()
+	if len(d) == 0 {
+		return k
+	}
+	out := make([]*requestEntry, 0, len(k)+len(d))
+	for len(k) > 0 && len(d) > 0 {
+		if k[0].seq < d[0].seq {
+			out, k = append(out, k[0]), k[1:]
+		} else {
+			out, d = append(out, d[0]), d[1:]
+		}
+	}
+	return append(append(out, k...), d...)
+}
 
 func (t *requestTable) clone() *requestTable {
-	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), queue: append([]*requestEntry(nil), t.entries()...), bytes: t.bytes}
-	for _, e := range c.queue {
-		c.byID[e.id] = e
+	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), classes: t.classes, puts: t.puts, bytes: t.bytes}
+	for i := range t.queues {
+		c.queues[i].q = append([]*requestEntry(nil), t.queues[i].live()...)
+		for _, e := range c.queues[i].q {
+			c.byID[e.id] = e
+		}
 	}
 	return c
 }

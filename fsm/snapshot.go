@@ -93,6 +93,7 @@ func importState(ss *snapshot.State) (*state, error) {
 		return nil, fmt.Errorf("snapshot: %w", errLevelTooHigh(ss.FeatureLevel))
 	}
 	s.featureLevel = ss.FeatureLevel
+	s.applyLevel()
 	if ss.ClusterID != "" {
 		if err := ValidateClusterID(ss.ClusterID); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)

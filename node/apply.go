@@ -39,10 +39,17 @@ type inflight struct {
 // follower, and retries until ctx ends. Every attempt carries the same
 // request ID, so a retry after an unknown outcome returns the first answer
 // instead of applying twice. A new seed is drawn per attempt; the seed is
-// not part of the request's fingerprint.
+// not part of the request's fingerprint. A write without an ID gets one
+// drawn here (fsm.DrawnRequestPrefix and a random UUID; the state machine
+// counts those apart from keyed ones); a caller's ID may not begin with
+// that prefix.
 func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error) {
-	if req.ID == "" {
-		req.ID = uuid.NewString()
+	switch {
+	case req.ID == "":
+		req.ID = fsm.DrawnRequestPrefix + uuid.NewString()
+	case fsm.IsDrawnRequestID(req.ID):
+		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"request ID %q: IDs that begin with %q are the ones nodes draw for writes without an ID", req.ID, fsm.DrawnRequestPrefix)}
 	}
 	var last error
 	unknown := false

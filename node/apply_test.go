@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -174,4 +176,36 @@ func TestCloseWithAnUnansweredEntry(t *testing.T) {
 	default:
 		t.Fatal("the entry's caller was not answered")
 	}
+}
+
+// TestDrawnRequestIDs: a write without an ID gets one of the form the
+// state machine counts apart from keyed ones, and a caller may not choose
+// an ID of that form.
+func TestDrawnRequestIDs(t *testing.T) {
+	n := openReady(t, testConfig(t, t.TempDir()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return n.fsm.FeatureLevel() == fsm.MaxFeatureLevel }, 10*time.Second, 10*time.Millisecond,
+		"a new cluster reaches its level")
+
+	req := &fsm.Request{Kind: fsm.KindTxn, Ops: []fsm.Op{{Kind: fsm.OpAllocate, Pool: "nodeport", Owner: "o"}}}
+	res, err := n.submit(ctx, req)
+	require.NoError(t, err)
+	require.Nil(t, res.Err)
+	require.True(t, fsm.IsDrawnRequestID(req.ID), "drawn: %s", req.ID)
+	_, err = uuid.Parse(strings.TrimPrefix(req.ID, fsm.DrawnRequestPrefix))
+	require.NoError(t, err, "the prefix and a UUID: %s", req.ID)
+	_, ok := n.fsm.RequestResult(req.ID)
+	assert.True(t, ok, "the result is remembered under the drawn ID")
+
+	before, err := n.Pool(ctx, Linearizable, "nodeport")
+	require.NoError(t, err)
+	_, err = n.Allocate(ctx, "nodeport", "", "o", 0, fsm.DrawnRequestPrefix+"mine")
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, fsm.CodeInvalidArgument, fe.Code)
+	assert.Contains(t, fe.Message, fsm.DrawnRequestPrefix)
+	after, err := n.Pool(ctx, Linearizable, "nodeport")
+	require.NoError(t, err)
+	assert.Equal(t, before.Used, after.Used, "nothing was allocated")
 }

@@ -43,6 +43,7 @@ tls-client-cert-optional | certs/config.go | s{cfg\.ClientAuth = tls\.RequireAnd
 linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
+request-classes-ignored | fsm/requests.go | s{if t\.classes && IsDrawnRequestID\(id\) \{}{if false \{} | ./fsm/ | ^TestKeyedRequestsOutliveDrawnOnes$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
 founding-ignores-peer-state | node/membership.go | s{return "", n\.refuseFounding\(r\.peer, r\.reply\)}{empty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
 founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.foundingReady\.Store\(true\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/api/types"
+	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -115,7 +116,7 @@ func TestE2ERunbookInstallAndReplace(t *testing.T) {
 		30*time.Second, 200*time.Millisecond, "three healthy voters")
 	table := rb.must("cluster")
 	assert.Contains(t, table, "healthy")
-	assert.Contains(t, table, "feature level 2")
+	assert.Contains(t, table, fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel))
 
 	acked := map[string]string{}
 	allocate := func(owner string) {

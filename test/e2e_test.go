@@ -20,6 +20,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -288,9 +289,9 @@ func TestCLI(t *testing.T) {
 		{args: []string{"list", "extra", "-o", "json"}, jsonKey: "allocations"},
 		{args: []string{"release", "nodeport", "30080", "--owner", "someone"}, code: 1, stderr: "Error: OwnerMismatch:"},
 		{args: []string{"release", "nodeport", "30080", "--owner", "default/web"}, stdout: []string{"released 30080"}},
-		{args: []string{"cluster"}, stdout: []string{"ROLE", "HEALTH", p.id + " ", "leader", "healthy", "feature level 2", "cluster "}},
+		{args: []string{"cluster"}, stdout: []string{"ROLE", "HEALTH", p.id + " ", "leader", "healthy", fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel), "cluster "}},
 		{args: []string{"version"}, stdout: []string{"rangealloc ", "protocol", "feature level"}},
-		{args: []string{"cluster", "finalize-upgrade"}, stdout: []string{"feature level 2"}},
+		{args: []string{"cluster", "finalize-upgrade"}, stdout: []string{fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel)}},
 		{args: []string{"cluster", "status", "-o", "json"}, jsonKey: "clusterId"},
 		{args: []string{"cluster", "remove", "nope"}, code: 1, stderr: "Error: MemberNotFound:"},
 		{args: []string{"pools", "delete", "nope"}, code: 1, stderr: "Error: PoolNotFound:"},

@@ -591,7 +591,7 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 // 1 and refuses a level-2 request (a member kept a non-voter), and
 // finalize-upgrade is refused while an old node remains, naming it; each
 // old node, once stopped, holds nothing its release cannot read. After the
-// finalize, every node reports level 2 and writes snapshots of format 4,
+// finalize, every node reports this release's level and writes snapshots of format 4,
 // and a member kept a non-voter joins. No acknowledged write is lost, no
 // value has two owners, and every node holds the same RangeAllocations.
 func TestE2ERollingUpgrade(t *testing.T) {
@@ -670,12 +670,12 @@ func TestE2ERollingUpgrade(t *testing.T) {
 	checkStep(t, step, rs)
 	out, stderr, code = rangealloc(t, "http://"+back.http, "cluster", "finalize-upgrade")
 	require.Equal(t, 0, code, "finalize-upgrade: %s", stderr)
-	require.Contains(t, out, "feature level 2", "finalize-upgrade prints the cluster at level 2")
+	require.Contains(t, out, fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel), "finalize-upgrade prints the cluster at this release's level")
 	for _, r := range rs {
 		require.Eventually(t, func() bool {
 			st, err := r.client().Cluster(context.Background())
-			return err == nil && st.FeatureLevel == 2
-		}, 20*time.Second, 50*time.Millisecond, "after finalize: %s reports feature level 2", r.id)
+			return err == nil && st.FeatureLevel == fsm.MaxFeatureLevel
+		}, 20*time.Second, 50*time.Millisecond, "after finalize: %s reports feature level %d", r.id, fsm.MaxFeatureLevel)
 	}
 	_, stderr, code = rangealloc(t, "http://"+rs[0].http, "cluster", "finalize-upgrade")
 	require.Equal(t, 0, code, "finalize-upgrade again changes nothing: %s", stderr)

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -113,7 +114,7 @@ func TestFinalizeUpgradeWaitsForEveryMember(t *testing.T) {
 	c.Restart(2)
 	require.Eventually(t, func() bool { return f.Node.FinalizeUpgrade(ctx) == nil }, 20*time.Second, 200*time.Millisecond)
 	c.WaitApplied(c.Leader().Node.LocalState().AppliedIndex())
-	assert.Equal(t, []int{2, 2, 2}, levels(c))
+	assert.Equal(t, []int{fsm.MaxFeatureLevel, fsm.MaxFeatureLevel, fsm.MaxFeatureLevel}, levels(c))
 	require.NoError(t, f.Node.FinalizeUpgrade(ctx), "nothing newer to finalize: no error")
 }
 
@@ -129,7 +130,7 @@ func TestJoinRefusesAnOlderRelease(t *testing.T) {
 	var fe *fsm.Error
 	require.ErrorAs(t, err, &fe, "Open refuses for good")
 	assert.Equal(t, fsm.CodeVersionMismatch, fe.Code)
-	assert.Contains(t, err.Error(), "supports feature level 1, and the cluster is at 2")
+	assert.Contains(t, err.Error(), fmt.Sprintf("supports feature level 1, and the cluster is at %d", fsm.MaxFeatureLevel))
 	after, err := l.Node.Cluster()
 	require.NoError(t, err)
 	assert.Equal(t, membership(before), membership(after))
