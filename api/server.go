@@ -383,9 +383,6 @@ func idempotencyKey(r *http.Request) (string, error) {
 	if len(k) > MaxKeyLen {
 		return "", badRequest(fmt.Sprintf("Idempotency-Key is %d characters long; at most %d", len(k), MaxKeyLen))
 	}
-	if fsm.IsDrawnRequestID(k) {
-		return "", badRequest(fmt.Sprintf("Idempotency-Key %q: keys that begin with %q are reserved for the IDs nodes draw for writes without a key", k, fsm.DrawnRequestPrefix))
-	}
 	return k, nil
 }
 

@@ -415,13 +415,13 @@ func TestRequestTableByteBoundAcrossClasses(t *testing.T) {
 	tab := newRequestTable()
 	tab.countClasses()
 	big := make([]byte, 200_000)
-	id := func(i int) string {
-		if i%2 == 1 {
+	n := RequestTableBytes/len(big) + 10
+	id := func(i int) string { // keyed, then drawn only: the keyed ones are the oldest
+		if i >= n/2 {
 			return fmt.Sprintf("%sc-%d", DrawnRequestPrefix, i)
 		}
 		return fmt.Sprintf("c-%d", i)
 	}
-	n := RequestTableBytes/len(big) + 10
 	for i := 0; i < n; i++ {
 		tab.put(&requestEntry{id: id(i), result: big})
 		require.LessOrEqual(t, tab.bytes, RequestTableBytes, "after %d puts", i+1)
@@ -435,6 +435,68 @@ func TestRequestTableByteBoundAcrossClasses(t *testing.T) {
 		live += e.size()
 	}
 	assert.Equal(t, live, tab.bytes, "bytes always equals the size of the live entries")
+}
+
+// TestRequestTableReplayMatchesSnapshots: a replica that installs a
+// snapshot and applies what follows remembers what one that applied
+// everything remembers, through the raise to level 3 and over 100,000
+// evictions from each class (enough for each queue to compact).
+func TestRequestTableReplayMatchesSnapshots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := newState()
+	// installed is read from the last snapshot, then given the same puts.
+	var installed *state
+	// Each table gets its own copy of an entry (put numbers it).
+	put := func(s *state, e requestEntry) { s.requests.put(&e) }
+	const n, raiseAt, every = 500_000, 60_000, 100_000
+	for i := 0; i < n; i++ {
+		if i == raiseAt {
+			require.Nil(t, live.setFeatureLevel(levelRequestClasses).Err)
+			if installed != nil {
+				require.Nil(t, installed.setFeatureLevel(levelRequestClasses).Err)
+			}
+		}
+		id := fmt.Sprintf("k-%d", i)
+		if rng.IntN(2) == 0 {
+			id = fmt.Sprintf("%s%d", DrawnRequestPrefix, i)
+		}
+		index := uint64(i/4 + 1)
+		e := requestEntry{id: id, index: index, fp: rng.Uint64(), result: EncodeResult(&Result{Index: index})}
+		put(live, e)
+		if installed != nil {
+			put(installed, e)
+		}
+		if i%every == every-1 {
+			if installed != nil {
+				sameRequests(t, live.requests, installed.requests, i)
+			}
+			var err error
+			installed, err = importState(live.clone().export())
+			require.NoError(t, err)
+		}
+	}
+	sameRequests(t, live.requests, installed.requests, n)
+	for _, q := range []int{keyedRequests, drawnRequests} {
+		assert.Equal(t, RequestTableSize, live.requests.queues[q].len(), "class %d is full", q)
+	}
+}
+
+// sameRequests fails unless two tables remember the same requests in the
+// same order, and each indexes exactly what it holds.
+func sameRequests(t *testing.T, a, b *requestTable, after int) {
+	t.Helper()
+	ea, eb := a.entries(), b.entries()
+	require.Equal(t, len(ea), len(eb), "after %d puts", after)
+	for i := range ea {
+		if ea[i].id != eb[i].id || ea[i].index != eb[i].index || ea[i].fp != eb[i].fp || string(ea[i].result) != string(eb[i].result) {
+			t.Fatalf("after %d puts, entry %d: %s at %d against %s at %d", after, i, ea[i].id, ea[i].index, eb[i].id, eb[i].index)
+		}
+	}
+	require.Equal(t, a.bytes, b.bytes, "after %d puts", after)
+	require.Equal(t, a.classes, b.classes, "after %d puts", after)
+	for _, tab := range []*requestTable{a, b} {
+		require.Equal(t, tab.len(), len(tab.byID), "after %d puts: the index holds what the queues hold", after)
+	}
 }
 
 func TestUndecodableEntryStopsTheNode(t *testing.T) {

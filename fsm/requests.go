@@ -26,7 +26,9 @@ const (
 )
 
 // DrawnRequestPrefix begins the request IDs a node draws for writes that
-// come without one. A caller's request ID may not begin with it.
+// come without one. A caller may retry with such an ID (a write whose
+// outcome was unknown names the ID it was sent under); it is then
+// remembered in the drawn class.
 const DrawnRequestPrefix = "rangealloc:"
 
 // IsDrawnRequestID reports whether id is of the form a node draws.

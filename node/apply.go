@@ -41,15 +41,11 @@ type inflight struct {
 // instead of applying twice. A new seed is drawn per attempt; the seed is
 // not part of the request's fingerprint. A write without an ID gets one
 // drawn here (fsm.DrawnRequestPrefix and a random UUID; the state machine
-// counts those apart from keyed ones); a caller's ID may not begin with
-// that prefix.
+// counts those apart from keyed ones). A caller may send such an ID back:
+// an UnknownOutcomeError names the drawn ID to retry with.
 func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error) {
-	switch {
-	case req.ID == "":
+	if req.ID == "" {
 		req.ID = fsm.DrawnRequestPrefix + uuid.NewString()
-	case fsm.IsDrawnRequestID(req.ID):
-		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
-			"request ID %q: IDs that begin with %q are the ones nodes draw for writes without an ID", req.ID, fsm.DrawnRequestPrefix)}
 	}
 	var last error
 	unknown := false
