@@ -338,12 +338,18 @@ func (srv *Server) backup(w http.ResponseWriter, r *http.Request) {
 
 // restore streams the body into the node, which checks it as it reads. The
 // upload may take up to RestoreReadTimeout (where the server allows it to
-// extend the deadline), then the restore itself ten request timeouts.
+// extend the deadline), then the restore itself ten request timeouts. An
+// Idempotency-Key makes it safe to retry, as it does a write.
 func (srv *Server) restore(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(RestoreReadTimeout))
 	ctx, cancel := context.WithTimeout(r.Context(), RestoreReadTimeout+10*srv.opts.Timeout)
 	defer cancel()
-	if err := srv.s.Restore(ctx, http.MaxBytesReader(w, r.Body, MaxRestoreBody)); err != nil {
+	if err := srv.s.Restore(ctx, http.MaxBytesReader(w, r.Body, MaxRestoreBody), key); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -65,7 +65,7 @@ type Store interface {
 	TransferLeadership(ctx context.Context, id string) error
 	FinalizeUpgrade(ctx context.Context) error
 	BackupAt(ctx context.Context, c node.Consistency, w io.Writer) error
-	Restore(ctx context.Context, r io.Reader) error
+	Restore(ctx context.Context, r io.Reader, requestID string) error
 	PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (node.ServiceWrite, error)
 	DeleteService(ctx context.Context, namespace, name string, dryRun bool, requestID string) (node.ServiceRecord, error)
 	Service(ctx context.Context, c node.Consistency, namespace, name string) (node.ServiceRecord, error)

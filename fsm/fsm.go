@@ -275,6 +275,17 @@ func (f *FSM) RequestResult(id string) (*Result, bool) {
 	return res, err == nil
 }
 
+// RequestFingerprint returns the fingerprint remembered for a request ID,
+// if any.
+func (f *FSM) RequestFingerprint(id string) (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if e := f.s.requests.get(id); e != nil {
+		return e.fp, true
+	}
+	return 0, false
+}
+
 // Snapshot captures the state for Raft: a copy made under the lock (the
 // bitmaps, the allocation records, the request list); Persist encodes it.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {

@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"hash"
+	"hash/fnv"
 	"io"
 	"sort"
 
@@ -13,7 +15,8 @@ import (
 // the running cluster's member table and cluster ID: Write puts them in
 // place of the backup's, which belong to the cluster it was taken from.
 type Backup struct {
-	s *snapshot.State
+	s  *snapshot.State
+	fp uint64
 }
 
 // ReadBackup decodes a backup from r and checks everything a restore
@@ -22,20 +25,61 @@ type Backup struct {
 // more is read; then each section as it streams, and the checksum at the
 // end) and what the state machine adds (ranges parse, bitmaps fit their
 // ranges, remembered results decode). It holds the decoded state, never
-// the stream's bytes.
+// the stream's bytes. Its Fingerprint hashes the bytes it read.
 func ReadBackup(r io.Reader) (*Backup, error) {
-	ss, err := snapshot.Read(r)
+	h := fnv.New64a()
+	h.Write([]byte{restoreTag})
+	ss, err := snapshot.Read(hashReader{r, h})
 	if err != nil {
 		return nil, err
 	}
 	if _, err := importState(ss); err != nil {
 		return nil, err
 	}
-	return &Backup{s: ss}, nil
+	return &Backup{s: ss, fp: h.Sum64()}, nil
+}
+
+// restoreTag starts what a backup's fingerprint hashes, where a request's
+// has its Kind: a restore and a write under one request ID never share a
+// fingerprint.
+const restoreTag = 0xff
+
+type hashReader struct {
+	r io.Reader
+	h hash.Hash64
+}
+
+func (hr hashReader) Read(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
+	hr.h.Write(p[:n])
+	return n, err
 }
 
 // Index returns the log index the backup was taken at.
 func (b *Backup) Index() uint64 { return b.s.Index }
+
+// Fingerprint identifies the backup's bytes, as a request's fingerprint
+// identifies a write: a restore retried with the same backup under the
+// same request ID is the same request.
+func (b *Backup) Fingerprint() uint64 { return b.fp }
+
+// Remember returns the backup with request id, of fingerprint fp,
+// remembered as its newest request (in place of one of the same ID the
+// backup holds): a restore of it records its own request ID in the very
+// state it installs, so that no retry can find the state restored and the
+// ID unknown. Its remembered answer is a success.
+func (b *Backup) Remember(id string, fp uint64) *Backup {
+	out := *b.s
+	out.Requests = make([]snapshot.Request, 0, len(b.s.Requests)+1)
+	for _, r := range b.s.Requests {
+		if r.ID != id {
+			out.Requests = append(out.Requests, r)
+		}
+	}
+	out.Requests = append(out.Requests, snapshot.Request{ID: id, Index: b.s.Index, Fingerprint: fp,
+		Result: EncodeResult(&Result{Index: b.s.Index})})
+	return &Backup{s: &out, fp: b.fp}
+}
 
 // Write writes the backup in the snapshot format with members as its
 // member table, clusterID as its cluster ID and level as its feature level:

@@ -107,3 +107,51 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+// TestBackupRemember: a backup's fingerprint follows its bytes, and one
+// written with a remembered request restores a state that answers a
+// retry under that ID as a success;
+// an ID the backup held already is replaced, not doubled.
+func TestBackupRemember(t *testing.T) {
+	h := newHarness(t)
+	h.pool("ports", "30000-30099")
+	keyed := txn(alloc("ports", "30001", "a"))
+	keyed.ID = "restore-1"
+	require.Nil(t, h.one(keyed).Err)
+	var one, two bytes.Buffer
+	require.NoError(t, h.f.WriteBackup(&one))
+	require.Nil(t, h.one(txn(alloc("ports", "30002", "a"))).Err)
+	require.NoError(t, h.f.WriteBackup(&two))
+
+	b1, err := ReadBackup(bytes.NewReader(one.Bytes()))
+	require.NoError(t, err)
+	again, err := ReadBackup(bytes.NewReader(one.Bytes()))
+	require.NoError(t, err)
+	b2, err := ReadBackup(bytes.NewReader(two.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, b1.Fingerprint(), again.Fingerprint(), "the same bytes")
+	assert.NotEqual(t, b1.Fingerprint(), b2.Fingerprint(), "other bytes")
+	assert.NotEqual(t, keyed.Fingerprint(), b1.Fingerprint())
+
+	var out bytes.Buffer
+	require.NoError(t, b1.Remember("restore-1", b1.Fingerprint()).Write(&out, nil, "c", MaxFeatureLevel))
+	ss, err := snapshot.Read(bytes.NewReader(out.Bytes()))
+	require.NoError(t, err)
+	require.Len(t, ss.Requests, 1, "the backup's own restore-1 is replaced")
+	assert.Equal(t, snapshot.Request{ID: "restore-1", Index: b1.Index(), Fingerprint: b1.Fingerprint(),
+		Result: EncodeResult(&Result{Index: b1.Index()})}, ss.Requests[0])
+	var plain bytes.Buffer
+	require.NoError(t, b1.Write(&plain, nil, "c", MaxFeatureLevel))
+	ss, err = snapshot.Read(bytes.NewReader(plain.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, keyed.Fingerprint(), ss.Requests[0].Fingerprint, "Remember leaves the backup as it was")
+
+	dst := New(nil)
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))
+	fp, ok := dst.RequestFingerprint("restore-1")
+	assert.True(t, ok)
+	assert.Equal(t, b1.Fingerprint(), fp)
+	res, ok := dst.RequestResult("restore-1")
+	require.True(t, ok)
+	assert.Nil(t, res.Err, "remembered as a success")
+}

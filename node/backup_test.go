@@ -98,7 +98,7 @@ func TestBackupRestoresSameState(t *testing.T) {
 	f, err := os.Open(res.Path)
 	require.NoError(t, err)
 	defer f.Close()
-	require.NoError(t, other.Restore(ctx, f))
+	require.NoError(t, other.Restore(ctx, f, ""))
 	assert.Equal(t, want, allAllocations(t, ctx, other))
 }
 

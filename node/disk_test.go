@@ -103,7 +103,7 @@ func clientWrites(n *Node, held fsm.Allocation, backup []byte) []struct {
 			_, err := n.Import(ctx, []service.Spec{{Namespace: "default", Name: "imported", ClusterIPs: []string{"10.96.0.50"}}}, nil, id)
 			return err
 		}},
-		{"restore", func(ctx context.Context, _ string) error { return n.Restore(ctx, bytes.NewReader(backup)) }},
+		{"restore", func(ctx context.Context, _ string) error { return n.Restore(ctx, bytes.NewReader(backup), "") }},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 	"github.com/rangealloc/rangealloc/transport"
@@ -240,6 +241,7 @@ type (
 	submitReply  = wire.SubmitReply
 	readRPCReply = wire.ReadRPCReply
 	callReply    = wire.CallReply
+	restoreArgs  = wire.RestoreArgs
 )
 
 func toWireErr(err error) *wireErr {
@@ -543,18 +545,29 @@ func (s *rpcService) Probe(_ *wire.ProbeArgs, reply *wire.ProbeReply) error {
 	return nil
 }
 
-// Restore restores a forwarded backup. It arrives whole, as net/rpc
-// carries arguments; the follower checked it before it sent it, so only a
-// valid backup, as large as the state it holds, travels (Node.Restore).
+// Restore restores a backup forwarded by a follower of a release before
+// restores carried request IDs; it gets one drawn here.
 func (s *rpcService) Restore(data []byte, reply *callReply) error {
+	return s.RestoreRequest(&restoreArgs{Data: data}, reply)
+}
+
+// RestoreRequest restores a forwarded backup under the request ID the
+// follower received it with (Node.Restore). The backup arrives whole, as
+// net/rpc carries arguments; the follower checked it before it sent it,
+// so only a valid backup, as large as the state it holds, travels.
+func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
 		if e := s.n.diskLowError(); e != nil {
 			return e
 		}
-		b, err := fsm.ReadBackup(bytes.NewReader(data))
+		b, err := fsm.ReadBackup(bytes.NewReader(args.Data))
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 		}
-		return s.n.restoreOnLeader(b)
+		id, fp := args.ID, args.Fingerprint
+		if id == "" {
+			id, fp = fsm.DrawnRequestPrefix+uuid.NewString(), b.Fingerprint()
+		}
+		return s.n.restoreOnLeader(b, id, fp)
 	})
 }

@@ -75,9 +75,12 @@ type Node struct {
 	memberMu sync.Mutex
 	// ap runs member health, promotion and dead-member cleanup while this
 	// node leads; health is what it learned (health.go).
-	ap     *autopilot.Autopilot
-	apMu   sync.Mutex
-	health health
+	ap   *autopilot.Autopilot
+	apMu sync.Mutex
+	// restoreMu runs this leader's restores one at a time
+	// (restoreOnLeader).
+	restoreMu sync.Mutex
+	health    health
 	// backups writes the scheduled backups; nil without Config.BackupDir.
 	backups *backuper
 	// disk is what this node last read of its disk (disk.go).

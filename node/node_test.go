@@ -154,14 +154,14 @@ func TestBackupRestore(t *testing.T) {
 
 	bad := append([]byte(nil), backup.Bytes()...)
 	bad[len(bad)/2] ^= 0xff
-	err = dst.Restore(ctx, bytes.NewReader(bad))
+	err = dst.Restore(ctx, bytes.NewReader(bad), "")
 	require.ErrorIs(t, err, ErrInvalidBackup)
 	noTemp()
 	got, err := dst.Get(ctx, Linearizable, "nodeport", "30000")
 	require.NoError(t, err, "a refused backup changes nothing")
 	assert.Equal(t, "to-be-replaced", got.Owner)
 
-	require.NoError(t, dst.Restore(ctx, bytes.NewReader(backup.Bytes())))
+	require.NoError(t, dst.Restore(ctx, bytes.NewReader(backup.Bytes()), ""))
 	noTemp()
 	_, err = dst.Get(ctx, Linearizable, "nodeport", "30000")
 	if !errors.Is(err, &fsm.Error{Code: fsm.CodeNotAllocated}) {
@@ -176,4 +176,63 @@ func TestBackupRestore(t *testing.T) {
 	more, err := dst.Allocate(ctx, "nodeport", "", "after-restore", 1, "")
 	require.NoError(t, err, "writes go on after a restore")
 	assert.Greater(t, more[0].Revision, a[0].Revision)
+}
+
+// TestRestoreRequestID: a restore retried under its request ID with the
+// same backup restores nothing again, so what was written since stays; the
+// ID with another backup, or with a write, is refused. Restores without an
+// ID each restore.
+func TestRestoreRequestID(t *testing.T) {
+	src := openReady(t, testConfig(t, t.TempDir()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := src.Allocate(ctx, "nodeport", "30001", "in-backup", 0, "")
+	require.NoError(t, err)
+	var one, two bytes.Buffer
+	require.NoError(t, src.Backup(ctx, &one))
+	_, err = src.Allocate(ctx, "nodeport", "30002", "in-backup", 0, "")
+	require.NoError(t, err)
+	require.NoError(t, src.Backup(ctx, &two))
+
+	dst := openReady(t, testConfig(t, t.TempDir()))
+	held := func(value string) bool {
+		t.Helper()
+		_, err := dst.Get(ctx, Linearizable, "nodeport", value)
+		if err != nil {
+			require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated})
+		}
+		return err == nil
+	}
+	require.NoError(t, dst.Restore(ctx, bytes.NewReader(one.Bytes()), "restore-1"))
+	assert.True(t, held("30001"), "restored")
+	_, err = dst.Allocate(ctx, "nodeport", "30050", "after", 0, "")
+	require.NoError(t, err)
+
+	require.NoError(t, dst.Restore(ctx, bytes.NewReader(one.Bytes()), "restore-1"), "a retry answers what the first did")
+	assert.True(t, held("30050"), "a retry restores nothing again: the write acknowledged since stays")
+	err = dst.Restore(ctx, bytes.NewReader(two.Bytes()), "restore-1")
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused}, "the ID with another backup")
+	assert.False(t, held("30002"), "a refused restore changes nothing")
+	_, err = dst.Allocate(ctx, "nodeport", "30060", "after", 0, "restore-1")
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused}, "the ID with a write")
+
+	// A backup that remembers the restore's ID (taken after it) restores
+	// under that ID into a cluster that does not know it.
+	var three bytes.Buffer
+	require.NoError(t, dst.Backup(ctx, &three))
+	other := openReady(t, testConfig(t, t.TempDir()))
+	require.NoError(t, other.Restore(ctx, bytes.NewReader(three.Bytes()), "restore-1"))
+	require.NoError(t, other.Restore(ctx, bytes.NewReader(three.Bytes()), "restore-1"))
+	_, err = other.Get(ctx, Linearizable, "nodeport", "30050")
+	require.NoError(t, err)
+
+	for i := 0; i < 2; i++ {
+		require.NoError(t, dst.Restore(ctx, bytes.NewReader(one.Bytes()), ""))
+		assert.False(t, held("30050"), "a restore without an ID always restores")
+		_, err = dst.Allocate(ctx, "nodeport", "30050", "after", 0, "")
+		require.NoError(t, err)
+	}
+	err = dst.Restore(ctx, bytes.NewReader(one.Bytes()), strings.Repeat("k", fsm.MaxRequestID+1))
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})
+	assert.True(t, held("30050"), "a refused restore changes nothing")
 }

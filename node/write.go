@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 )
@@ -101,7 +102,22 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 // and writes it to a temp file for Raft (restoreOnLeader); a follower
 // forwards a valid backup whole. While this node's disk or the leader's
 // is low the restore is refused (fsm.CodeInsufficientStorage).
-func (n *Node) Restore(ctx context.Context, r io.Reader) error {
+//
+// requestID makes the restore safe to retry, as it does a write ("" for
+// one drawn by the node): a restore under an ID the cluster remembers,
+// with the same backup bytes, answers success and restores nothing again,
+// so the writes acknowledged since the first restore stay. With other
+// bytes it fails with fsm.CodeIdempotencyKeyReused. The node's own
+// retries carry the same ID. A restore whose outcome is unknown when ctx
+// ends returns an *UnknownOutcomeError naming the ID.
+func (n *Node) Restore(ctx context.Context, r io.Reader, requestID string) error {
+	if len(requestID) > fsm.MaxRequestID {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
+			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(requestID), fsm.MaxRequestID)}
+	}
+	if requestID == "" {
+		requestID = fsm.DrawnRequestPrefix + uuid.NewString()
+	}
 	if e := n.diskLowError(); e != nil {
 		return e
 	}
@@ -109,8 +125,20 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 	}
+	fp := b.Fingerprint()
+	err = n.restoreVia(ctx, b, requestID, fp)
+	var fe *fsm.Error
+	if err == nil || errors.As(err, &fe) || errors.Is(err, ErrInvalidBackup) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	return &UnknownOutcomeError{RequestID: requestID, Err: err}
+}
+
+// restoreVia restores on this node when it leads, or else forwards the
+// backup to the leader, retrying under the same request ID.
+func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint64) error {
 	if n.IsLeader() {
-		err := n.restoreOnLeader(b)
+		err := n.restoreOnLeader(b, id, fp)
 		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
 			answeredBy(ctx, n.id, err)
 			return err
@@ -125,19 +153,35 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) error {
 	if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
 		return err
 	}
-	return n.onLeader(ctx, "Restore", data.Bytes(), nil, func() error { return n.restoreOnLeader(b) })
+	args := &restoreArgs{Data: data.Bytes(), ID: id, Fingerprint: fp}
+	return n.onLeader(ctx, "RestoreRequest", args, nil, func() error { return n.restoreOnLeader(b, id, fp) })
 }
 
 // restoreOnLeader hands a checked backup to Raft, which installs it on
-// every node, with the cluster's member table in place of the backup's.
+// every node, with the cluster's member table in place of the backup's
+// and request id (of fingerprint fp) remembered in it. An id the cluster
+// remembers answers as the first restore under it did, restoring nothing.
 // The backup goes through a temp file, restore-*.tmp in the data dir,
 // removed whatever happens. The log index moves past the backup's own
 // index, so revisions stay increasing across the restore.
-func (n *Node) restoreOnLeader(b *fsm.Backup) error {
-	// The member table must be the cluster's latest: a barrier makes the
-	// state machine apply everything committed before it is read.
+func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) error {
+	// One restore at a time, so that two under one ID cannot both find it
+	// unknown.
+	n.restoreMu.Lock()
+	defer n.restoreMu.Unlock()
+	// The member table and the request IDs must be the cluster's latest:
+	// a barrier makes the state machine apply everything committed before
+	// it is read.
 	if err := n.wait(n.raft.Barrier(0)); err != nil {
 		return fmt.Errorf("restore: %w", err)
+	}
+	if prev, ok := n.fsm.RequestFingerprint(id); ok {
+		if prev != fp {
+			return &fsm.Error{Code: fsm.CodeIdempotencyKeyReused, Op: -1,
+				Message: fmt.Sprintf("request ID %q was used before for a different request", id)}
+		}
+		n.logger.Info("restore already applied under this request ID; not restoring again", "request_id", id)
+		return nil
 	}
 	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
 	if err != nil {
@@ -145,7 +189,7 @@ func (n *Node) restoreOnLeader(b *fsm.Backup) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := b.Write(f, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
+	if err := b.Remember(id, fp).Write(f, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	size, err := f.Seek(0, io.SeekCurrent)

@@ -43,6 +43,8 @@ tls-client-cert-optional | certs/config.go | s{cfg\.ClientAuth = tls\.RequireAnd
 linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
+restore-forgets-request-id | node/write.go | s{b\.Remember\(id, fp\)\.Write\(}{b.Write(} | ./node/ | ^TestRestoreRequestID$
+restore-no-request-lookup | node/write.go | s{if prev, ok := n\.fsm\.RequestFingerprint\(id\); ok \{}{if prev, ok := n.fsm.RequestFingerprint(id); false \&\& ok \{} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
 request-classes-ignored | fsm/requests.go | s{if t\.classes && IsDrawnRequestID\(id\) \{}{if false \{} | ./fsm/ | ^TestKeyedRequestsOutliveDrawnOnes$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
 founding-ignores-peer-state | node/membership.go | s{return "", n\.refuseFounding\(r\.peer, r\.reply\)}{empty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
@@ -62,7 +64,7 @@ handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remot
 pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
 last-voter-removable | node/members.go | s{case voter && voters == 1:}{case voter && voters == 0:} | ./test/ | ^TestOperationsThatCannotSucceed$
-restore-replaces-members | node/write.go | s{if err := b\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
+restore-replaces-members | node/write.go | s{if err := b\.Remember\(id, fp\)\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Remember(id, fp).Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
 EOF
 )
 

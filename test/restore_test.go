@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
@@ -50,7 +51,7 @@ func TestRestoreKeepsMembers(t *testing.T) {
 	require.NotEqual(t, src.Node.ClusterID(), id)
 
 	for _, via := range []*cluster.Member{follower(c, l), l} {
-		require.NoError(t, via.Node.Restore(ctx, bytes.NewReader(backup.Bytes())), "restore through %s", via.ID)
+		require.NoError(t, via.Node.Restore(ctx, bytes.NewReader(backup.Bytes()), ""), "restore through %s", via.ID)
 		for _, a := range held {
 			got, err := via.Node.Get(ctx, node.Linearizable, "ip", a.Value)
 			require.NoError(t, err)
@@ -67,4 +68,48 @@ func TestRestoreKeepsMembers(t *testing.T) {
 		_, err := via.Node.Allocate(ctx, "ip", "", "after-restore", 1, "")
 		require.NoError(t, err, "writes go on")
 	}
+}
+
+// TestRestoreRetriedAfterLostAnswer: a restore forwarded by a follower
+// whose answer is lost (the leader's replies to it are cut, then the
+// leader crashes) is retried by the follower through the new leader. The
+// retry carries the first attempt's request ID, so it answers what the
+// first did instead of restoring again: the allocation acknowledged
+// between the restore and the crash survives.
+func TestRestoreRetriedAfterLostAnswer(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	ctx := ctxT(t, 60*time.Second)
+	held, err := l.Node.Allocate(ctx, "ip", "", "from-backup", 1, "")
+	require.NoError(t, err)
+	var backup bytes.Buffer
+	require.NoError(t, l.Node.Backup(ctx, &backup))
+	// Released through the follower, which opens its forwarding
+	// connection to the leader before the cut (a dial across it fails).
+	_, err = f.Node.Release(ctx, "ip", held[0].Value, "from-backup", "")
+	require.NoError(t, err)
+
+	c.Faults.Cut(raft.ServerAddress(l.Addr), raft.ServerAddress(f.Addr))
+	done := make(chan error, 1)
+	go func() { done <- f.Node.Restore(ctx, bytes.NewReader(backup.Bytes()), "") }()
+	require.Eventually(t, func() bool {
+		got, err := l.Node.Get(ctx, node.Leader, "ip", held[0].Value)
+		return err == nil && got.Owner == "from-backup"
+	}, 20*time.Second, 20*time.Millisecond, "the leader restored the backup")
+	after, err := l.Node.Allocate(ctx, "ip", "", "after-restore", 1, "")
+	require.NoError(t, err, "a write acknowledged after the restore")
+	select {
+	case err := <-done:
+		t.Fatalf("the follower got an answer across the cut: %v", err)
+	default:
+	}
+
+	c.Kill(l.Index)
+	c.Heal()
+	require.NoError(t, <-done, "the follower's retry answers what the first attempt did")
+	nl := c.Leader()
+	got, err := nl.Node.Get(ctx, node.Linearizable, "ip", after[0].Value)
+	require.NoError(t, err, "the acknowledged allocation survives the retried restore")
+	assert.Equal(t, "after-restore", got.Owner)
 }

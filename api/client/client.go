@@ -359,7 +359,14 @@ func (c *Client) BackupWith(ctx context.Context, o Options) ([]byte, error) {
 
 // Restore replaces the whole cluster's state with a backup.
 func (c *Client) Restore(ctx context.Context, backup []byte) error {
-	h := http.Header{}
+	return c.RestoreWith(ctx, backup, Options{})
+}
+
+// RestoreWith is Restore with o's Idempotency-Key: a retry with the same
+// key and backup answers what the first restore did, and restores nothing
+// again.
+func (c *Client) RestoreWith(ctx context.Context, backup []byte, o Options) error {
+	h := o.header()
 	h.Set("Content-Type", "application/octet-stream")
 	_, err := c.do(ctx, http.MethodPost, "/v1/snapshot/restore", nil, h, bytes.NewReader(backup), nil)
 	return err

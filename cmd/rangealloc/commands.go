@@ -418,7 +418,8 @@ to save what a survivor holds when the cluster has lost its quorum.`,
 		},
 	}
 	consistencyFlag(save, &cons)
-	cmd.AddCommand(save, &cobra.Command{
+	var key string
+	restore := &cobra.Command{
 		Use: "restore FILE", Short: "Replace the whole cluster's state with the backup in FILE", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := ctxOf(cmd)
@@ -428,13 +429,15 @@ to save what a survivor holds when the cluster has lost its quorum.`,
 				return err
 			}
 			start := time.Now()
-			if err := g.client().Restore(ctx, data); err != nil {
+			if err := g.client().RestoreWith(ctx, data, client.Options{IdempotencyKey: key}); err != nil {
 				return err
 			}
 			return g.print(cmd.OutOrStdout(), map[string]any{"file": args[0], "bytes": len(data)}, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "restored %d bytes from %s in %s\n", len(data), args[0], time.Since(start).Round(time.Millisecond))
 			})
 		},
-	})
+	}
+	restore.Flags().StringVar(&key, "idempotency-key", "", "a retry with the same key and FILE answers what the first restore did, and restores nothing again")
+	cmd.AddCommand(save, restore)
 	return cmd
 }

@@ -19,23 +19,35 @@ import (
 func main() {
 	root := newRoot()
 	if err := root.Execute(); err != nil {
-		var ae *client.Error
-		var ue *url.Error
 		var xe *exitError
-		switch {
-		case errors.As(err, &xe):
+		if errors.As(err, &xe) {
 			fmt.Fprintln(os.Stderr, xe.msg)
 			os.Exit(xe.code)
-		case errors.As(err, &ae):
-			fmt.Fprintf(os.Stderr, "Error: %s: %s\n", ae.Code, ae.Message)
-		case errors.As(err, &ue):
-			fmt.Fprintf(os.Stderr, "Error: cannot reach rangealloc at %s: %v\n"+
-				"Is a server running there? Start one with 'rangealloc server', or point --addr (RANGEALLOC_ADDR) at one.\n",
-				ue.URL, ue.Err)
-		default:
-			fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		}
+		fmt.Fprint(os.Stderr, errorText(err))
 		os.Exit(1)
+	}
+}
+
+// errorText is what main prints for a command's error.
+func errorText(err error) string {
+	var ae *client.Error
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ae):
+		text := fmt.Sprintf("Error: %s: %s\n", ae.Code, ae.Message)
+		if key, ok := ae.Details["idempotencyKey"].(string); ok && key != "" {
+			// The key the node drew for a request sent without one: the
+			// only way to learn the outcome without applying it twice.
+			text += fmt.Sprintf("The request's Idempotency-Key is %s: a retry with it (--idempotency-key) answers what the request did.\n", key)
+		}
+		return text
+	case errors.As(err, &ue):
+		return fmt.Sprintf("Error: cannot reach rangealloc at %s: %v\n"+
+			"Is a server running there? Start one with 'rangealloc server', or point --addr (RANGEALLOC_ADDR) at one.\n",
+			ue.URL, ue.Err)
+	default:
+		return fmt.Sprintf("Error: %v\n", err)
 	}
 }
 

@@ -67,6 +67,15 @@ type SubmitArgs struct {
 	Protocol int
 }
 
+// RestoreArgs carries a backup to the leader (Node.RestoreRequest): its
+// bytes, and the request ID and fingerprint the follower received it
+// with, so that a retry through any node is the same request.
+type RestoreArgs struct {
+	Data        []byte
+	ID          string
+	Fingerprint uint64
+}
+
 // SubmitReply answers Node.Submit; Result is fsm.EncodeResult's form.
 type SubmitReply struct {
 	Result []byte
