@@ -126,10 +126,6 @@ func (srv *Server) allocate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	pool := r.PathValue("name")
-	scope := "dynamic"
-	if req.Value != "" {
-		scope = "static"
-	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -137,7 +133,7 @@ func (srv *Server) allocate(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
 	allocs, err := srv.s.Allocate(ctx, pool, req.Value, req.Owner, count, key)
-	srv.metrics.countAllocation(pool, scope, err)
+	srv.metrics.countAllocation(pool, scopeOf(req.Value), max(count, 1), err)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -223,6 +219,7 @@ func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
 	res, err := srv.s.Txn(ctx, ops, key)
+	srv.metrics.countTxn(ops, err)
 	if err != nil {
 		writeErrorOp(w, err, true)
 		return

@@ -37,9 +37,9 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_total",
-			Help: "Allocations served by this node, by pool and scope (static: value named; dynamic: chosen)."}, []string{"pool", "scope"}),
+			Help: "Values allocated by the allocations and transactions this node served, by pool and scope (static: value named; dynamic: chosen)."}, []string{"pool", "scope"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_errors_total",
-			Help: "Allocations that failed on this node, by pool and scope."}, []string{"pool", "scope"}),
+			Help: "Values asked for by allocations and transactions that failed on this node, by pool and scope."}, []string{"pool", "scope"}),
 		httpSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rangealloc_http_request_duration_seconds",
 			Help: "HTTP request durations by method, route and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)},
 			[]string{"method", "route", "code"}),
@@ -116,18 +116,41 @@ func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration)
 	m.httpSeconds.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
 }
 
-func (m *Metrics) countAllocation(pool, scope string, err error) {
+// countAllocation counts n values asked of pool in scope by one request
+// this node served: allocated, or failed with err. A request naming no
+// pool that exists counts nothing, so that arbitrary names make no series.
+func (m *Metrics) countAllocation(pool, scope string, n int, err error) {
 	if m == nil {
 		return
 	}
 	if err != nil {
 		if errIs(err, fsm.CodePoolNotFound) {
-			return // no such pool: no series for arbitrary names
+			return
 		}
-		m.errors.WithLabelValues(pool, scope).Inc()
+		m.errors.WithLabelValues(pool, scope).Add(float64(n))
 		return
 	}
-	m.allocations.WithLabelValues(pool, scope).Inc()
+	m.allocations.WithLabelValues(pool, scope).Add(float64(n))
+}
+
+// countTxn counts a transaction's allocate operations, each one value of
+// its pool: all allocated, or all failed with err (nothing of a failed
+// transaction is applied).
+func (m *Metrics) countTxn(ops []fsm.Op, err error) {
+	for _, op := range ops {
+		if op.Kind == fsm.OpAllocate {
+			m.countAllocation(op.Pool, scopeOf(op.Value), 1, err)
+		}
+	}
+}
+
+// scopeOf is an allocation's scope label: static when the caller named
+// the value, dynamic when rangealloc chose it.
+func scopeOf(value string) string {
+	if value != "" {
+		return "static"
+	}
+	return "dynamic"
 }
 
 var (

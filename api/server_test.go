@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -475,14 +476,31 @@ func TestOperations(t *testing.T) {
 	}
 	_, _, err := e.c.Allocate(ctx(t), "nodeport", "", "o", client.Options{})
 	require.NoError(t, err)
+	// The allocation counters count values: three of one request, one per
+	// allocate of a transaction; the values of a failed one as errors.
+	_, _, err = e.c.AllocateCount(ctx(t), "nodeport", "o", 3, client.Options{})
+	require.NoError(t, err)
+	_, err = e.c.Txn(ctx(t), []types.TxnOp{{Op: "allocate", Pool: "nodeport", Value: "30100", Owner: "o"},
+		{Op: "allocate", Pool: "nodeport", Owner: "o"}}, client.Options{})
+	require.NoError(t, err)
+	_, _, err = e.c.Allocate(ctx(t), "nodeport", "30100", "o", client.Options{})
+	require.Error(t, err)
+	_, err = e.c.Txn(ctx(t), []types.TxnOp{{Op: "allocate", Pool: "nodeport", Owner: "o"},
+		{Op: "release", Pool: "nodeport", Value: "30101", Owner: "o"}}, client.Options{})
+	require.Error(t, err)
+	_, _, err = e.c.Allocate(ctx(t), "no-such-pool", "", "o", client.Options{})
+	require.Error(t, err)
 	status, _, _ := e.raw(t, "GET", "/v1/nope", "", nil)
 	require.Equal(t, 404, status)
 	status, _, body := e.raw(t, "GET", "/metrics", "", nil)
 	require.Equal(t, 200, status)
-	for _, want := range []string{`rangealloc_pool_allocated{pool="nodeport"} 1`, `rangealloc_pool_available{pool="nodeport"} 2767`,
-		`rangealloc_allocation_total{pool="nodeport",scope="dynamic"} 1`, `rangealloc_http_request_duration_seconds_bucket`,
+	assert.NotContains(t, string(body), "no-such-pool", "no series for a pool that does not exist")
+	for _, want := range []string{`rangealloc_pool_allocated{pool="nodeport"} 6`, `rangealloc_pool_available{pool="nodeport"} 2762`,
+		`rangealloc_allocation_total{pool="nodeport",scope="dynamic"} 5`, `rangealloc_allocation_total{pool="nodeport",scope="static"} 1`,
+		`rangealloc_allocation_errors_total{pool="nodeport",scope="static"} 1`, `rangealloc_allocation_errors_total{pool="nodeport",scope="dynamic"} 1`,
+		`rangealloc_http_request_duration_seconds_bucket`,
 		`rangealloc_apply_batch_entries_bucket`, `rangealloc_apply_latency_seconds_bucket`,
-		`rangealloc_http_request_duration_seconds_count{code="201",method="POST",route="POST /v1/pools/{name}/allocations"} 1`,
+		`rangealloc_http_request_duration_seconds_count{code="201",method="POST",route="POST /v1/pools/{name}/allocations"} 2`,
 		`rangealloc_http_request_duration_seconds_count{code="200",method="GET",route="GET /healthz"} 1`,
 		`rangealloc_http_request_duration_seconds_count{code="404",method="GET",route="other"} 1`} {
 		assert.Contains(t, string(body), want)
