@@ -557,8 +557,9 @@ func (s *rpcService) Restore(data []byte, reply *callReply) error {
 // so only a valid backup, as large as the state it holds, travels.
 func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
-		if e := s.n.diskLowError(); e != nil {
-			return e
+		if len(args.ID) > fsm.MaxRequestID {
+			return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
+				Message: fmt.Sprintf("forwarded restore: request ID is %d bytes long; at most %d", len(args.ID), fsm.MaxRequestID)}
 		}
 		b, err := fsm.ReadBackup(bytes.NewReader(args.Data))
 		if err != nil {
@@ -568,6 +569,7 @@ func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 		if id == "" {
 			id, fp = fsm.DrawnRequestPrefix+uuid.NewString(), b.Fingerprint()
 		}
-		return s.n.restoreOnLeader(b, id, fp)
+		_, err = s.n.restoreOnLeader(b, id, fp)
+		return err
 	})
 }

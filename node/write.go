@@ -125,85 +125,155 @@ func (n *Node) Restore(ctx context.Context, r io.Reader, requestID string) error
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 	}
-	fp := b.Fingerprint()
-	err = n.restoreVia(ctx, b, requestID, fp)
-	var fe *fsm.Error
-	if err == nil || errors.As(err, &fe) || errors.Is(err, ErrInvalidBackup) || errors.Is(err, ErrClosed) {
-		return err
-	}
-	return &UnknownOutcomeError{RequestID: requestID, Err: err}
+	return n.restoreVia(ctx, b, requestID, b.Fingerprint())
 }
 
 // restoreVia restores on this node when it leads, or else forwards the
-// backup to the leader, retrying under the same request ID.
+// backup to the leader, and retries under the same request ID until ctx
+// ends, as submit does for a write: once an attempt may have been
+// applied, a later refusal or the node closing does not say the restore
+// did not happen (UnknownOutcomeError).
 func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint64) error {
-	if n.IsLeader() {
-		err := n.restoreOnLeader(b, id, fp)
-		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+	var args *restoreArgs // the backup as forwarded, written once
+	var last error
+	unknown := false
+	for {
+		var err error
+		maybe := false // this attempt may have been applied
+		local := n.IsLeader()
+		if local {
+			maybe, err = n.restoreOnLeader(b, id, fp)
 			answeredBy(ctx, n.id, err)
+		} else if addr, lid := n.raft.LeaderWithID(); addr != "" {
+			if args == nil {
+				// net/rpc carries arguments whole, so the backup travels
+				// to the leader as one []byte: a follower holds a valid
+				// backup's bytes in memory while it forwards it. The
+				// leader puts its member table in; this node's goes
+				// along for a leader that does not.
+				var data bytes.Buffer
+				if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
+					return err
+				}
+				args = &restoreArgs{Data: data.Bytes(), ID: id, Fingerprint: fp}
+			}
+			maybe, err = n.forwardRestore(ctx, string(addr), args)
+			answeredBy(ctx, string(lid), err)
+		} else {
+			err = ErrNoLeader
+		}
+		if err == nil {
+			return nil
+		}
+		unknown = unknown || maybe
+		var fe *fsm.Error
+		if errors.As(err, &fe) || errors.Is(err, ErrInvalidBackup) {
+			if unknown && (fe == nil || fe.Code != fsm.CodeIdempotencyKeyReused) {
+				// An earlier attempt may have been applied, and this
+				// refusal does not say otherwise (an older leader cannot
+				// look the ID up). A reused key says the ID holds another
+				// restore: none of ours was applied.
+				return &UnknownOutcomeError{RequestID: id, Err: err}
+			}
 			return err
 		}
+		if local && !unknown && !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, ErrClosed) {
+			// This leader failed before raft.Restore (a temp file it
+			// cannot write) for a reason other than a lost lead, which
+			// a retry through the next leader would mend.
+			return err
+		}
+		last = err
+		if errors.Is(err, ErrClosed) || n.sleep(ctx, n.cfg.RetryInterval) != nil {
+			break
+		}
 	}
-	// The leader is elsewhere (or this node just lost the lead). net/rpc
-	// carries arguments whole, so the backup travels to the leader as one
-	// []byte: a follower holds a valid backup's bytes in memory while it
-	// forwards it. Invalid input never gets this far. The leader puts its
-	// member table in; this node's goes along for a leader that does not.
-	var data bytes.Buffer
-	if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
-		return err
+	switch {
+	case unknown:
+		return &UnknownOutcomeError{RequestID: id, Err: last}
+	case errors.Is(last, ErrClosed):
+		return ErrClosed
 	}
-	args := &restoreArgs{Data: data.Bytes(), ID: id, Fingerprint: fp}
-	return n.onLeader(ctx, "RestoreRequest", args, nil, func() error { return n.restoreOnLeader(b, id, fp) })
+	return fmt.Errorf("restore: %w: %v", ErrNoLeader, last)
+}
+
+// forwardRestore runs a restore on the leader at addr; maybe reports
+// whether it may have been applied though err is set.
+func (n *Node) forwardRestore(ctx context.Context, addr string, args *restoreArgs) (maybe bool, err error) {
+	var reply callReply
+	sent, err := n.fwd.call(ctx, addr, "RestoreRequest", args, &reply, n.leaderMoved(addr))
+	if err != nil {
+		if e := olderLeader(addr, "RestoreRequest", err); e != nil {
+			return false, e
+		}
+		return sent, fmt.Errorf("forward to leader %s: %w", addr, err)
+	}
+	err = fromWireErr(reply.Err)
+	return errors.Is(err, ErrUnknownOutcome), err
 }
 
 // restoreOnLeader hands a checked backup to Raft, which installs it on
 // every node, with the cluster's member table in place of the backup's
 // and request id (of fingerprint fp) remembered in it. An id the cluster
-// remembers answers as the first restore under it did, restoring nothing.
+// remembers answers as the first restore under it did, restoring nothing;
+// otherwise a leader low on disk refuses (fsm.CodeInsufficientStorage).
 // The backup goes through a temp file, restore-*.tmp in the data dir,
 // removed whatever happens. The log index moves past the backup's own
-// index, so revisions stay increasing across the restore.
-func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) error {
+// index, so revisions stay increasing across the restore. maybe reports
+// that the restore may have been applied although err is set: it reached
+// raft.Restore.
+func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) (maybe bool, err error) {
 	// One restore at a time, so that two under one ID cannot both find it
 	// unknown.
 	n.restoreMu.Lock()
 	defer n.restoreMu.Unlock()
 	// The member table and the request IDs must be the cluster's latest:
 	// a barrier makes the state machine apply everything committed before
-	// it is read.
+	// it is read. The term read before it names the leadership the lookup
+	// holds for: had the term moved by raft.Restore, another leader could
+	// have restored under the ID meanwhile.
+	term := n.raft.CurrentTerm()
 	if err := n.wait(n.raft.Barrier(0)); err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return false, fmt.Errorf("restore: %w", err)
 	}
 	if prev, ok := n.fsm.RequestFingerprint(id); ok {
 		if prev != fp {
-			return &fsm.Error{Code: fsm.CodeIdempotencyKeyReused, Op: -1,
+			return false, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused, Op: -1,
 				Message: fmt.Sprintf("request ID %q was used before for a different request", id)}
 		}
 		n.logger.Info("restore already applied under this request ID; not restoring again", "request_id", id)
-		return nil
+		return false, nil
+	}
+	if e := n.diskLowError(); e != nil {
+		return false, e
 	}
 	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return false, fmt.Errorf("restore: %w", err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	if err := b.Remember(id, fp).Write(f, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return false, fmt.Errorf("restore: %w", err)
 	}
 	size, err := f.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return false, fmt.Errorf("restore: %w", err)
+	}
+	if now := n.raft.CurrentTerm(); now != term {
+		return false, fmt.Errorf("restore: %w: the term moved from %d to %d", raft.ErrLeadershipLost, term, now)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Index(), Size: size}
 	if err := n.raft.Restore(meta, io.NewSectionReader(f, 0, size), time.Minute); err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return true, fmt.Errorf("restore: %w", err)
 	}
 	// The backup's header carries the index of the cluster it came from.
 	// An empty entry makes the state machine's applied index this log's
 	// again, which linearizable reads wait on.
-	return n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0))
+	if err := n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
+		return true, fmt.Errorf("restore: %w", err)
+	}
+	return false, nil
 }
 
 // ctxReader reads from r until ctx ends.

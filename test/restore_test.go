@@ -2,6 +2,8 @@ package test
 
 import (
 	"bytes"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,9 +77,26 @@ func TestRestoreKeepsMembers(t *testing.T) {
 // leader crashes) is retried by the follower through the new leader. The
 // retry carries the first attempt's request ID, so it answers what the
 // first did instead of restoring again: the allocation acknowledged
-// between the restore and the crash survives.
+// between the restore and the crash survives. So it does when the new
+// leader is low on disk: it looks the ID up before it refuses a restore
+// for disk, which would say nothing was applied.
 func TestRestoreRetriedAfterLostAnswer(t *testing.T) {
-	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	for _, lowDisk := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lowDisk=%v", lowDisk), func(t *testing.T) { restoreRetriedAfterLostAnswer(t, lowDisk) })
+	}
+}
+
+func restoreRetriedAfterLostAnswer(t *testing.T, lowDisk bool) {
+	var low atomic.Bool
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.MinFreeDisk, cfg.DiskCheckInterval = 1<<20, 10*time.Millisecond
+		cfg.DiskFree = func(string) (uint64, error) {
+			if low.Load() {
+				return 1, nil
+			}
+			return 1 << 40, nil
+		}
+	}})
 	l := waitPools(t, c)
 	f := follower(c, l)
 	ctx := ctxT(t, 60*time.Second)
@@ -105,9 +124,21 @@ func TestRestoreRetriedAfterLostAnswer(t *testing.T) {
 	default:
 	}
 
+	if lowDisk {
+		low.Store(true) // every node: no leader the retry may reach has room
+		require.Eventually(t, func() bool {
+			for _, m := range c.Live() {
+				if !m.Node.DiskStats().Low {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 10*time.Millisecond, "every node sees its disk low")
+	}
 	c.Kill(l.Index)
 	c.Heal()
 	require.NoError(t, <-done, "the follower's retry answers what the first attempt did")
+	low.Store(false)
 	nl := c.Leader()
 	got, err := nl.Node.Get(ctx, node.Linearizable, "ip", after[0].Value)
 	require.NoError(t, err, "the acknowledged allocation survives the retried restore")

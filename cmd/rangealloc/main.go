@@ -39,7 +39,7 @@ func errorText(err error) string {
 		if key, ok := ae.Details["idempotencyKey"].(string); ok && key != "" {
 			// The key the node drew for a request sent without one: the
 			// only way to learn the outcome without applying it twice.
-			text += fmt.Sprintf("The request's Idempotency-Key is %s: a retry with it (--idempotency-key) answers what the request did.\n", key)
+			text += fmt.Sprintf("The request's Idempotency-Key is %s: a retry with it (--idempotency-key, where the command has it) answers what the request did.\n", key)
 		}
 		return text
 	case errors.As(err, &ue):
