@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,7 +40,7 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_total",
 			Help: "Values allocated by the allocations and transactions this node served, by pool and scope (static: value named; dynamic: chosen)."}, []string{"pool", "scope"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rangealloc_allocation_errors_total",
-			Help: "Values asked for by allocations and transactions that failed on this node, by pool and scope."}, []string{"pool", "scope"}),
+			Help: "Values the allocator refused (range full, value taken, value out of range) to allocations and transactions this node served, by pool and scope."}, []string{"pool", "scope"}),
 		httpSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rangealloc_http_request_duration_seconds",
 			Help: "HTTP request durations by method, route and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)},
 			[]string{"method", "route", "code"}),
@@ -117,30 +118,40 @@ func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration)
 }
 
 // countAllocation counts n values asked of pool in scope by one request
-// this node served: allocated, or failed with err. A request naming no
-// pool that exists counts nothing, so that arbitrary names make no series.
+// this node served: allocated, or refused by the allocator with err (the
+// range is full, the value is taken or outside the range). Other failures
+// (no such pool, bad input, no leader, an unknown outcome) count nothing:
+// they are not the allocator's, and a name that is no pool makes no series.
 func (m *Metrics) countAllocation(pool, scope string, n int, err error) {
 	if m == nil {
 		return
 	}
-	if err != nil {
-		if errIs(err, fsm.CodePoolNotFound) {
-			return
-		}
-		m.errors.WithLabelValues(pool, scope).Add(float64(n))
+	if err == nil {
+		m.allocations.WithLabelValues(pool, scope).Add(float64(n))
 		return
 	}
-	m.allocations.WithLabelValues(pool, scope).Add(float64(n))
+	if errIs(err, fsm.CodeRangeFull) || errIs(err, fsm.CodeAlreadyAllocated) || errIs(err, fsm.CodeNotInRange) {
+		m.errors.WithLabelValues(pool, scope).Add(float64(n))
+	}
 }
 
 // countTxn counts a transaction's allocate operations, each one value of
-// its pool: all allocated, or all failed with err (nothing of a failed
-// transaction is applied).
+// its pool: all allocated; or, when the transaction failed, the operation
+// that failed it, if an allocate (nothing of a failed transaction is
+// applied, and the others were not refused).
 func (m *Metrics) countTxn(ops []fsm.Op, err error) {
-	for _, op := range ops {
-		if op.Kind == fsm.OpAllocate {
-			m.countAllocation(op.Pool, scopeOf(op.Value), 1, err)
+	if err == nil {
+		for _, op := range ops {
+			if op.Kind == fsm.OpAllocate {
+				m.countAllocation(op.Pool, scopeOf(op.Value), 1, nil)
+			}
 		}
+		return
+	}
+	var fe *fsm.Error
+	if errors.As(err, &fe) && fe.Op >= 0 && fe.Op < len(ops) && ops[fe.Op].Kind == fsm.OpAllocate {
+		op := ops[fe.Op]
+		m.countAllocation(op.Pool, scopeOf(op.Value), 1, err)
 	}
 }
 

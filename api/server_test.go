@@ -477,7 +477,8 @@ func TestOperations(t *testing.T) {
 	_, _, err := e.c.Allocate(ctx(t), "nodeport", "", "o", client.Options{})
 	require.NoError(t, err)
 	// The allocation counters count values: three of one request, one per
-	// allocate of a transaction; the values of a failed one as errors.
+	// allocate of a transaction; as errors, the values the allocator
+	// refused (only the failing operation of a transaction).
 	_, _, err = e.c.AllocateCount(ctx(t), "nodeport", "o", 3, client.Options{})
 	require.NoError(t, err)
 	_, err = e.c.Txn(ctx(t), []types.TxnOp{{Op: "allocate", Pool: "nodeport", Value: "30100", Owner: "o"},
@@ -487,7 +488,10 @@ func TestOperations(t *testing.T) {
 	require.Error(t, err)
 	_, err = e.c.Txn(ctx(t), []types.TxnOp{{Op: "allocate", Pool: "nodeport", Owner: "o"},
 		{Op: "release", Pool: "nodeport", Value: "30101", Owner: "o"}}, client.Options{})
-	require.Error(t, err)
+	require.Error(t, err, "fails on its release: no allocation error")
+	_, err = e.c.Txn(ctx(t), []types.TxnOp{{Op: "allocate", Pool: "nodeport", Value: "30100", Owner: "o"},
+		{Op: "allocate", Pool: "no-such-pool", Owner: "o"}}, client.Options{})
+	require.Error(t, err, "fails on its first allocate: the value is taken")
 	_, _, err = e.c.Allocate(ctx(t), "no-such-pool", "", "o", client.Options{})
 	require.Error(t, err)
 	status, _, _ := e.raw(t, "GET", "/v1/nope", "", nil)
@@ -495,9 +499,10 @@ func TestOperations(t *testing.T) {
 	status, _, body := e.raw(t, "GET", "/metrics", "", nil)
 	require.Equal(t, 200, status)
 	assert.NotContains(t, string(body), "no-such-pool", "no series for a pool that does not exist")
+	assert.NotContains(t, string(body), `rangealloc_allocation_errors_total{pool="nodeport",scope="dynamic"}`, "no allocate of nodeport was refused")
 	for _, want := range []string{`rangealloc_pool_allocated{pool="nodeport"} 6`, `rangealloc_pool_available{pool="nodeport"} 2762`,
 		`rangealloc_allocation_total{pool="nodeport",scope="dynamic"} 5`, `rangealloc_allocation_total{pool="nodeport",scope="static"} 1`,
-		`rangealloc_allocation_errors_total{pool="nodeport",scope="static"} 1`, `rangealloc_allocation_errors_total{pool="nodeport",scope="dynamic"} 1`,
+		`rangealloc_allocation_errors_total{pool="nodeport",scope="static"} 2`,
 		`rangealloc_http_request_duration_seconds_bucket`,
 		`rangealloc_apply_batch_entries_bucket`, `rangealloc_apply_latency_seconds_bucket`,
 		`rangealloc_http_request_duration_seconds_count{code="201",method="POST",route="POST /v1/pools/{name}/allocations"} 2`,
