@@ -85,6 +85,14 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 		status, body = ae.status, ErrorDetail{Code: ae.code, Message: ae.msg}
 	case errors.As(err, &mbe):
 		status, body = http.StatusRequestEntityTooLarge, ErrorDetail{Code: CodePayloadTooLarge, Message: err.Error()}
+	case errors.As(err, &ue):
+		// Before the domain errors: an unknown outcome may wrap a
+		// refusal that did not look the request up (a leader low on
+		// disk), which must not read as "nothing was applied".
+		status = http.StatusServiceUnavailable
+		body = ErrorDetail{Code: CodeUnavailable, Message: "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key",
+			Details: map[string]any{"idempotencyKey": ue.RequestID, "cause": ue.Err.Error()}}
+		w.Header().Set("Retry-After", "1")
 	case errors.As(err, &fe):
 		status = statusOf[fe.Code]
 		if status == 0 {
@@ -111,11 +119,6 @@ func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 			}
 			body.Details["op"] = fe.Op
 		}
-	case errors.As(err, &ue):
-		status = http.StatusServiceUnavailable
-		body = ErrorDetail{Code: CodeUnavailable, Message: "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key",
-			Details: map[string]any{"idempotencyKey": ue.RequestID, "cause": ue.Err.Error()}}
-		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrNotLeader):
 		status, body = http.StatusServiceUnavailable, ErrorDetail{Code: CodeNoLeader, Message: err.Error()}
 		w.Header().Set("Retry-After", "1")

@@ -27,8 +27,10 @@ var (
 )
 
 // UnknownOutcomeError is returned when a write's outcome is unknown when the
-// call's context ends. A retry with the same RequestID returns the request's
-// result if it was applied, and applies it otherwise.
+// call's context ends, or when an attempt that may have been applied was
+// followed by a refusal that does not say otherwise (Err). A retry with
+// the same RequestID returns the request's result if it was applied, and
+// applies it otherwise.
 type UnknownOutcomeError struct {
 	RequestID string
 	Err       error // the last failure seen

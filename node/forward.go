@@ -251,10 +251,10 @@ func toWireErr(err error) *wireErr {
 	var fe *fsm.Error
 	var ue *UnknownOutcomeError
 	switch {
+	case errors.As(err, &ue): // first: it may wrap a domain refusal
+		return &wireErr{Unknown: true, Msg: err.Error()}
 	case errors.As(err, &fe):
 		return &wireErr{Domain: fe}
-	case errors.As(err, &ue):
-		return &wireErr{Unknown: true, Msg: err.Error()}
 	case errors.Is(err, ErrInvalidBackup):
 		return &wireErr{Invalid: true, Msg: err.Error()}
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader):
@@ -569,7 +569,12 @@ func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 		if id == "" {
 			id, fp = fsm.DrawnRequestPrefix+uuid.NewString(), b.Fingerprint()
 		}
-		_, err = s.n.restoreOnLeader(b, id, fp)
+		maybe, err := s.n.restoreOnLeader(b, id, fp)
+		if err != nil && !maybe && lostLead(err) {
+			// Nothing reached raft.Restore: a definite refusal, which the
+			// follower retries through the next leader.
+			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
 		return err
 	})
 }

@@ -177,7 +177,10 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 			}
 			return err
 		}
-		if local && !unknown && !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, ErrClosed) {
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			err = ErrClosed
+		}
+		if local && !unknown && !lostLead(err) && !errors.Is(err, ErrClosed) {
 			// This leader failed before raft.Restore (a temp file it
 			// cannot write) for a reason other than a lost lead, which
 			// a retry through the next leader would mend.
@@ -195,6 +198,13 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 		return ErrClosed
 	}
 	return fmt.Errorf("restore: %w: %v", ErrNoLeader, last)
+}
+
+// lostLead reports an error of a leader that is losing or handing over
+// the lead: a retry through the next leader mends it.
+func lostLead(err error) bool {
+	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, ErrNotLeader)
 }
 
 // forwardRestore runs a restore on the leader at addr; maybe reports

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -143,4 +144,28 @@ func restoreRetriedAfterLostAnswer(t *testing.T, lowDisk bool) {
 	got, err := nl.Node.Get(ctx, node.Linearizable, "ip", after[0].Value)
 	require.NoError(t, err, "the acknowledged allocation survives the retried restore")
 	assert.Equal(t, "after-restore", got.Owner)
+}
+
+// TestRestoreDuringTransfer: a restore on a leader that is handing the
+// lead over (a transfer, as a node low on disk or shutting down starts
+// one) is retried through the next leader, as a lost lead is, not
+// returned as a failure. The leader's link to the target is cut, so the
+// transfer stays in progress for an election timeout (400 ms); the
+// restore starts 100 ms into it.
+func TestRestoreDuringTransfer(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	target := follower(c, l)
+	ctx := ctxT(t, 30*time.Second)
+	var backup bytes.Buffer
+	require.NoError(t, l.Node.Backup(ctx, &backup))
+	c.Faults.Cut(raft.ServerAddress(l.Addr), raft.ServerAddress(target.Addr))
+	go func() {
+		tctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = l.Node.TransferLeadership(tctx, target.ID)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, l.Node.Restore(ctx, bytes.NewReader(backup.Bytes()), ""), "retried once the transfer ends")
+	c.Heal()
 }
