@@ -45,7 +45,7 @@ type inflight struct {
 // an UnknownOutcomeError names the drawn ID to retry with.
 func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error) {
 	if req.ID == "" {
-		req.ID = fsm.DrawnRequestPrefix + uuid.NewString()
+		req.ID = drawRequestID()
 	}
 	var last error
 	unknown := false
@@ -89,6 +89,20 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		return nil, ErrClosed
 	}
 	return nil, fmt.Errorf("%w: %v", ErrNoLeader, last)
+}
+
+// drawRequestID is the request ID of a write or restore that came without
+// one: fsm.DrawnRequestPrefix and a random UUID.
+func drawRequestID() string { return fsm.DrawnRequestPrefix + uuid.NewString() }
+
+// checkRequestID refuses a caller's request ID longer than the state
+// machine remembers.
+func checkRequestID(id string) error {
+	if len(id) > fsm.MaxRequestID {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
+			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(id), fsm.MaxRequestID)}
+	}
+	return nil
 }
 
 // propose hands a request to this leader's group commit and waits for it.

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 	"github.com/rangealloc/rangealloc/transport"
@@ -557,9 +556,8 @@ func (s *rpcService) Restore(data []byte, reply *callReply) error {
 // so only a valid backup, as large as the state it holds, travels.
 func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 	return s.run(reply, func(context.Context) error {
-		if len(args.ID) > fsm.MaxRequestID {
-			return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
-				Message: fmt.Sprintf("forwarded restore: request ID is %d bytes long; at most %d", len(args.ID), fsm.MaxRequestID)}
+		if err := checkRequestID(args.ID); err != nil {
+			return err
 		}
 		b, err := fsm.ReadBackup(bytes.NewReader(args.Data))
 		if err != nil {
@@ -567,7 +565,7 @@ func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 		}
 		id, fp := args.ID, args.Fingerprint
 		if id == "" {
-			id, fp = fsm.DrawnRequestPrefix+uuid.NewString(), b.Fingerprint()
+			id, fp = drawRequestID(), b.Fingerprint()
 		}
 		maybe, err := s.n.restoreOnLeader(b, id, fp)
 		if err != nil && !maybe && lostLead(err) {

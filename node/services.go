@@ -23,9 +23,8 @@ type ServiceWrite struct {
 }
 
 func (n *Node) submitChecked(ctx context.Context, req *fsm.Request) (*fsm.Result, error) {
-	if len(req.ID) > fsm.MaxRequestID {
-		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
-			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(req.ID), fsm.MaxRequestID)}
+	if err := checkRequestID(req.ID); err != nil {
+		return nil, err
 	}
 	res, err := n.submit(ctx, req)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 )
@@ -40,9 +39,8 @@ func (n *Node) Release(ctx context.Context, pool, value, owner, requestID string
 // one list of allocations per operation. On failure the *fsm.Error names
 // the failing operation in Op.
 func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm.Allocation, error) {
-	if len(requestID) > fsm.MaxRequestID {
-		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
-			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(requestID), fsm.MaxRequestID)}
+	if err := checkRequestID(requestID); err != nil {
+		return nil, err
 	}
 	for i, op := range ops {
 		if op.Kind == fsm.OpAllocate && strings.HasPrefix(op.Owner, fsm.ServiceOwnerPrefix) {
@@ -111,12 +109,11 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 // retries carry the same ID. A restore whose outcome is unknown when ctx
 // ends returns an *UnknownOutcomeError naming the ID.
 func (n *Node) Restore(ctx context.Context, r io.Reader, requestID string) error {
-	if len(requestID) > fsm.MaxRequestID {
-		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1,
-			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(requestID), fsm.MaxRequestID)}
+	if err := checkRequestID(requestID); err != nil {
+		return err
 	}
 	if requestID == "" {
-		requestID = fsm.DrawnRequestPrefix + uuid.NewString()
+		requestID = drawRequestID()
 	}
 	if e := n.diskLowError(); e != nil {
 		return e
