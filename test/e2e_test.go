@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -46,11 +47,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freePort returns a loopback address whose port is free now, for a
+// server process to listen on.
+//
+// The port is drawn below the kernel's ephemeral range (32768 and up by
+// default), where no outgoing connection takes one: a port from ":0" is
+// ephemeral, and between this check and the server process binding it,
+// any connection a test running beside opens may take it (a node that
+// cannot bind stops, and its peers never form the cluster).
 func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	t.Helper()
+	for range 1000 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue // in use
+		}
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		return addr
+	}
+	t.Fatal("no free port among 1,000 tried in 20000-31999")
+	return ""
 }
 
 // proc is a rangealloc server process.
