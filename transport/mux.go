@@ -185,6 +185,7 @@ func advertised(bound *net.TCPAddr, advertise net.Addr) (net.Addr, error) {
 func (m *Mux) acceptLoop() {
 	defer m.wg.Done()
 	var backoff time.Duration
+	var lastFull time.Time
 	for {
 		conn, err := m.ln.Accept()
 		if err != nil {
@@ -201,14 +202,39 @@ func (m *Mux) acceptLoop() {
 			}
 		}
 		backoff = 0
-		if !m.register(conn) {
+		switch m.register(conn) {
+		case registerClosing:
 			_ = conn.Close()
 			return
+		case registerFull:
+			_ = conn.Close()
+			if now := time.Now(); now.Sub(lastFull) > 10*time.Second {
+				lastFull = now
+				m.logger.Warn("closing new connections: too many are still in their handshake (a flood?)",
+					"pending", MaxPendingConns, "remote", conn.RemoteAddr())
+			}
+			continue
 		}
 		m.wg.Add(1)
 		go m.route(conn)
 	}
 }
+
+// MaxPendingConns bounds the accepted connections still in their TLS
+// handshake or naming their protocol; beyond it new ones are closed at
+// once. Each costs a goroutine and, with TLS, a record buffer of up to
+// 16 KiB for as long as the handshake timeout: without the bound, a host
+// with no certificate opening connections by the thousand held memory and
+// file descriptors until the process had none left. A cluster's own nodes
+// need a few connections each, and keep them.
+const MaxPendingConns = 256
+
+// The answers of register.
+const (
+	registered = iota
+	registerClosing
+	registerFull
+)
 
 func (m *Mux) isClosed() bool {
 	select {
@@ -220,15 +246,19 @@ func (m *Mux) isClosed() bool {
 }
 
 // register notes conn as naming its protocol, so Close can cut it short;
-// false once the Mux is closing.
-func (m *Mux) register(conn net.Conn) bool {
+// registerClosing once the Mux is closing, registerFull when
+// MaxPendingConns are naming theirs.
+func (m *Mux) register(conn net.Conn) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closing {
-		return false
+	switch {
+	case m.closing:
+		return registerClosing
+	case len(m.naming) >= MaxPendingConns:
+		return registerFull
 	}
 	m.naming[conn] = struct{}{}
-	return true
+	return registered
 }
 
 func (m *Mux) unregister(conn net.Conn) {

@@ -206,3 +206,64 @@ func TestTLSHandshakeThatStalls(t *testing.T) {
 	assert.Nil(t, next(t, raftConns, 100*time.Millisecond))
 	assert.Nil(t, next(t, rpcConns, 100*time.Millisecond))
 }
+
+// TestHandshakeFloodBounded: a host without a certificate opens 2,000
+// connections and sends each a TLS record header announcing 16 KiB. The
+// Mux holds at most MaxPendingConns of them in their handshake and closes
+// the rest at once (it held all, each with a goroutine and a record
+// buffer); once the flood ends, a node of the cluster connects again.
+func TestHandshakeFloodBounded(t *testing.T) {
+	b := certstest.New(t, "n1", "n2")
+	tlsOf := func(id string) (*tls.Config, *tls.Config) {
+		f := load(t, b.Node[id])
+		sc, err := f.ServerConfig(true)
+		require.NoError(t, err)
+		cc, err := f.ClientConfig()
+		require.NoError(t, err)
+		return sc, cc
+	}
+	sc, cc := tlsOf("n1")
+	m, err := Listen("127.0.0.1:0", nil, Options{ServerTLS: sc, ClientTLS: cc, HandshakeTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	defer m.Close()
+
+	const n = 2000
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", m.Addr().String())
+		require.NoError(t, err)
+		_, _ = c.Write([]byte{0x16, 0x03, 0x01, 0x40, 0x00})
+		conns = append(conns, c)
+	}
+	require.Eventually(t, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.naming) == MaxPendingConns
+	}, 10*time.Second, 10*time.Millisecond, "the Mux holds MaxPendingConns in their handshake")
+	time.Sleep(200 * time.Millisecond)
+	m.mu.Lock()
+	pending := len(m.naming)
+	m.mu.Unlock()
+	assert.Equal(t, MaxPendingConns, pending, "and no more")
+
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	sc2, cc2 := tlsOf("n2")
+	other, err := Listen("127.0.0.1:0", nil, Options{ServerTLS: sc2, ClientTLS: cc2})
+	require.NoError(t, err)
+	defer other.Close()
+	require.Eventually(t, func() bool {
+		c, err := other.DialRPC(m.Addr().String(), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "a node of the cluster connects once the flood ends")
+}
