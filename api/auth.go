@@ -181,7 +181,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.tokens == nil {
-		if why := g.refuseHost(r.Host); why != "" {
+		why := g.refuseHost(r.Host)
+		if why == "" {
+			why = crossSiteWrite(r)
+		}
+		if why != "" {
 			g.refuse(w, r, http.StatusForbidden, CodePermissionDenied, why, "")
 			return
 		}
@@ -265,4 +269,30 @@ func hostOnly(hostport string) string {
 		return h
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
+// crossSiteWrite returns why a write a web page may have sent is refused,
+// or "". Without a token file nothing tells the operator's request from
+// a page's: a form, or a fetch in no-cors mode, posts to the node's
+// address with no preflight (a bodiless POST needs no Content-Type), and
+// the Host check passes for an IP address. Browsers say where such a
+// request comes from: an Origin other than this node, or Sec-Fetch-Site
+// naming another site, is refused. Clients that are not browsers (the
+// CLI, curl, the Go client) send neither.
+func crossSiteWrite(r *http.Request) string {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return ""
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		if u, err := url.Parse(origin); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return fmt.Sprintf("a write sent by a web page at %q, not by this node's own (%s), is refused: "+
+				"without a token file the API cannot tell a page's request from the operator's", origin, r.Host)
+		}
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		return fmt.Sprintf("a write sent by a page of another site (Sec-Fetch-Site: %s) is refused: "+
+			"without a token file the API cannot tell a page's request from the operator's", site)
+	}
+	return ""
 }

@@ -480,6 +480,49 @@ func TestGuardHost(t *testing.T) {
 	assert.Equal(t, unauth, serve(withTokens, "GET", "/v1/pools", "evil.example", "").Code)
 }
 
+// TestGuardCrossSiteWrite: without a token file, a write a web page sent
+// (a form or a no-cors fetch to the node's IP address: no preflight, no
+// body needed) is refused by what the browser says of its origin; reads,
+// the node's own pages, and clients that are not browsers pass. Before,
+// any page a user of the machine visited could raise the feature level or
+// move leadership through 127.0.0.1.
+func TestGuardCrossSiteWrite(t *testing.T) {
+	noAuth := api.Guard(&reached{}, api.GuardOptions{})
+	for _, c := range []struct {
+		method, origin, site string
+		want                 int
+	}{
+		{"POST", "https://evil.example", "", denied},
+		{"POST", "http://10.0.0.9:7080", "", denied},
+		{"POST", "null", "", denied},
+		{"DELETE", "https://evil.example", "", denied},
+		{"PUT", "", "cross-site", denied},
+		{"POST", "", "same-site", denied},
+		{"POST", "http://127.0.0.1:7080", "same-origin", passes},
+		{"POST", "", "none", passes},
+		{"POST", "", "", passes},
+		{"GET", "https://evil.example", "cross-site", passes},
+	} {
+		for _, path := range []string{"/v1/cluster/finalize-upgrade", "/v1/cluster/leader-transfer"} {
+			req := httptest.NewRequest(c.method, "http://127.0.0.1:7080"+path, http.NoBody)
+			req.Host = "127.0.0.1:7080"
+			if c.origin != "" {
+				req.Header.Set("Origin", c.origin)
+			}
+			if c.site != "" {
+				req.Header.Set("Sec-Fetch-Site", c.site)
+			}
+			rec := httptest.NewRecorder()
+			noAuth.ServeHTTP(rec, req)
+			require.Equal(t, c.want, rec.Code, "%s %s, Origin %q, Sec-Fetch-Site %q: %s", c.method, path, c.origin, c.site, rec.Body)
+			if c.want == denied {
+				assert.Equal(t, api.CodePermissionDenied, errorCode(t, rec))
+				assert.Contains(t, rec.Body.String(), "without a token file")
+			}
+		}
+	}
+}
+
 // TestGuardLogsNoToken: neither a good token nor a bad one (nor their
 // hashes) appears in the log, at any level.
 func TestGuardLogsNoToken(t *testing.T) {
