@@ -3,10 +3,13 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -119,4 +122,84 @@ func TestNonvoterMember(t *testing.T) {
 	dec, err := DecodeEntry(EncodeBatch(reqs))
 	require.NoError(t, err)
 	assert.Equal(t, reqs, dec)
+}
+
+// TestNonvoterNeedsLevel2: below level 2 a member kept a non-voter is
+// refused, since no snapshot below that level can hold one; the state
+// stays one a snapshot can write.
+func TestNonvoterNeedsLevel2(t *testing.T) {
+	h := newHarness(t)
+	m := Member{ID: "n4", RaftAddr: "127.0.0.1:4", APIAddr: "127.0.0.1:14", Nonvoter: true}
+	res := h.one(&Request{Kind: KindSetMemberNonvoter, Member: m})
+	require.NotNil(t, res.Err)
+	assert.Equal(t, CodeInvalidArgument, res.Err.Code)
+	assert.Contains(t, res.Err.Message, "needs feature level 2; the cluster is at 1")
+	_, ok := h.f.Member("n4")
+	assert.False(t, ok, "nothing written")
+	var b bytes.Buffer
+	require.NoError(t, h.f.WriteBackup(&b), "the state can still be snapshotted")
+}
+
+// TestNetworkPoolKept: from level 4 a pool the service network names
+// cannot be deleted. Below it one could be, and a snapshot of what that
+// left loads again (a node restarting from it, or a follower sent it,
+// failed to start before), with Services answering PoolNotFound.
+func TestNetworkPoolKept(t *testing.T) {
+	for _, level := range []uint64{3, 4} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+			require.Nil(t, h.apply(setLevel(level)).Err)
+			res := h.apply(&Request{Kind: KindDeletePool, Pool: "clusterip-ipv6"})
+			if level >= 4 {
+				require.NotNil(t, res.Err)
+				assert.Equal(t, CodePoolNotEmpty, res.Err.Code)
+				assert.Equal(t, `pool "clusterip-ipv6" is the service network's IPv6 pool: point the network at another pool first (PUT /v1/service-network)`, res.Err.Message)
+				assert.Len(t, h.f.Pools(), 3, "nothing deleted")
+				return
+			}
+			require.Nil(t, res.Err, "below level 4 the empty pool goes")
+			var b bytes.Buffer
+			require.NoError(t, h.f.WriteBackup(&b))
+			g := New(nil)
+			require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(b.Bytes()))), "the state loads from its snapshot")
+			assert.Equal(t, h.f.ServiceNetwork(), g.ServiceNetwork())
+			dual := service.Spec{Namespace: "default", Name: "dual", IPFamilyPolicy: service.RequireDualStack}
+			res = h.put(dual)
+			require.NotNil(t, res.Err)
+			assert.Equal(t, CodePoolNotFound, res.Err.Code)
+		})
+	}
+}
+
+// TestLargeResultRefused: from level 4 a transaction whose answer encodes
+// to more than a snapshot keeps of a remembered result (1 MiB) is undone
+// and refused; the state stays one a snapshot can write. Below it the
+// transaction applied, and every snapshot failed until its result left
+// the request table.
+func TestLargeResultRefused(t *testing.T) {
+	owner := strings.Repeat("o", MaxOwnerLen)
+	for _, level := range []uint64{3, 4} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			h := newHarness(t)
+			h.one(setLevel(level))
+			h.pool("big", "10.128.0.0/12")
+			res := h.one(&Request{Kind: KindTxn, ID: "big-count", Seed: 1, Ops: []Op{{Kind: OpAllocate, Pool: "big", Owner: owner, Count: MaxCount}}})
+			var b bytes.Buffer
+			if level < 4 {
+				require.Nil(t, res.Err, "below level 4 replicas replay the old rule")
+				return
+			}
+			require.NotNil(t, res.Err)
+			assert.Equal(t, CodeInvalidArgument, res.Err.Code)
+			assert.Contains(t, res.Err.Message, "more than the 1048576 a cluster remembers for a retry")
+			assert.Zero(t, h.f.Pools()[0].Used, "nothing allocated")
+			require.NoError(t, h.f.WriteBackup(&b), "the state can be snapshotted")
+			again := h.one(&Request{Kind: KindTxn, ID: "big-count", Seed: 2, Ops: []Op{{Kind: OpAllocate, Pool: "big", Owner: owner, Count: MaxCount}}})
+			assert.Equal(t, res.Err, again.Err, "a retry gets the same refusal")
+			ok := h.one(&Request{Kind: KindTxn, ID: "short", Seed: 3, Ops: []Op{{Kind: OpAllocate, Pool: "big", Owner: "svc", Count: MaxCount}}})
+			require.Nil(t, ok.Err, "the same count with a short owner fits")
+			b.Reset()
+			require.NoError(t, h.f.WriteBackup(&b))
+		})
+	}
 }

@@ -444,24 +444,37 @@ func TestRequestTableByteBoundAcrossClasses(t *testing.T) {
 func TestRequestTableReplayMatchesSnapshots(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	live := newState()
-	// installed is read from the last snapshot, then given the same puts.
-	var installed *state
-	// Each table gets its own copy of an entry (put numbers it).
-	put := func(s *state, e requestEntry) { s.requests.put(&e) }
-	const n, raiseAt, every = 500_000, 60_000, 100_000
-	for i := 0; i < n; i++ {
-		if i == raiseAt {
-			require.Nil(t, live.setFeatureLevel(levelRequestClasses).Err)
-			if installed != nil {
-				require.Nil(t, installed.setFeatureLevel(levelRequestClasses).Err)
-			}
-		}
+	replayAgainstSnapshots(t, live, 500_000, 60_000, levelRequestClasses, 100_000, func(i int) requestEntry {
 		id := fmt.Sprintf("k-%d", i)
 		if rng.IntN(2) == 0 {
 			id = fmt.Sprintf("%s%d", DrawnRequestPrefix, i)
 		}
 		index := uint64(i/4 + 1)
-		e := requestEntry{id: id, index: index, fp: rng.Uint64(), result: EncodeResult(&Result{Index: index})}
+		return requestEntry{id: id, index: index, fp: rng.Uint64(), result: EncodeResult(&Result{Index: index})}
+	})
+	for _, q := range []int{keyedRequests, drawnRequests} {
+		assert.Equal(t, RequestTableSize, live.requests.queues[q].len(), "class %d is full", q)
+	}
+}
+
+// replayAgainstSnapshots puts n entries from next into live, raising its
+// level to raise before entry raiseAt. Every `every` entries it checks
+// that a state read from live's previous snapshot, and given the same
+// entries since, remembers what live does; then it takes a new snapshot.
+func replayAgainstSnapshots(t *testing.T, live *state, n, raiseAt int, raise uint64, every int, next func(i int) requestEntry) {
+	t.Helper()
+	// installed is read from the last snapshot, then given the same puts;
+	// each table numbers its own copy of an entry.
+	var installed *state
+	put := func(s *state, e requestEntry) { s.requests.put(&e) }
+	for i := 0; i < n; i++ {
+		if i == raiseAt {
+			require.Nil(t, live.setFeatureLevel(raise).Err)
+			if installed != nil {
+				require.Nil(t, installed.setFeatureLevel(raise).Err)
+			}
+		}
+		e := next(i)
 		put(live, e)
 		if installed != nil {
 			put(installed, e)
@@ -476,9 +489,6 @@ func TestRequestTableReplayMatchesSnapshots(t *testing.T) {
 		}
 	}
 	sameRequests(t, live.requests, installed.requests, n)
-	for _, q := range []int{keyedRequests, drawnRequests} {
-		assert.Equal(t, RequestTableSize, live.requests.queues[q].len(), "class %d is full", q)
-	}
 }
 
 // sameRequests fails unless two tables remember the same requests in the
@@ -494,6 +504,10 @@ func sameRequests(t *testing.T, a, b *requestTable, after int) {
 	}
 	require.Equal(t, a.bytes, b.bytes, "after %d puts", after)
 	require.Equal(t, a.classes, b.classes, "after %d puts", after)
+	require.Equal(t, a.byClass, b.byClass, "after %d puts", after)
+	for q := range a.queues {
+		require.Equal(t, a.queues[q].bytes, b.queues[q].bytes, "after %d puts: class %d's bytes", after, q)
+	}
 	for _, tab := range []*requestTable{a, b} {
 		require.Equal(t, tab.len(), len(tab.byID), "after %d puts: the index holds what the queues hold", after)
 	}
@@ -891,4 +905,59 @@ func TestPoolOverlap(t *testing.T) {
 		assert.Contains(t, res.Err.Message, c.other)
 		assert.Len(t, h.f.Pools(), before, "a refused pool changes nothing")
 	}
+}
+
+// TestKeyedResultsOutliveLargeDrawnOnes: from level 4 the byte bound is
+// per class, so large answers to writes without a key (drawn IDs) never
+// evict a keyed result a client may still retry. Below it, 300 answers of
+// 1 MiB evicted it.
+func TestKeyedResultsOutliveLargeDrawnOnes(t *testing.T) {
+	big := make([]byte, 1<<20)
+	for _, level := range []uint64{3, 4} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			s := newState()
+			require.Nil(t, s.setFeatureLevel(level).Err)
+			s.requests.put(&requestEntry{id: "client-key", index: 1, result: EncodeResult(&Result{Index: 1})})
+			for i := range 300 {
+				s.requests.put(&requestEntry{id: fmt.Sprintf("%s%d", DrawnRequestPrefix, i), index: uint64(i + 2), result: big})
+			}
+			kept := s.requests.get("client-key") != nil
+			if level < 4 {
+				assert.False(t, kept, "below level 4 replicas replay the old rule")
+				return
+			}
+			assert.True(t, kept, "the keyed result outlives 300 MiB of drawn ones")
+			d := &s.requests.queues[drawnRequests]
+			assert.LessOrEqual(t, d.bytes, DrawnRequestBytes, "drawn results stay within their bound")
+			assert.InDelta(t, DrawnRequestBytes/len(big), d.len(), 1, "about 64 results of 1 MiB kept")
+		})
+	}
+}
+
+// TestRequestTableBytesByClassReplay: with large results, a table read
+// from a snapshot and given the same puts evicts what the live one does,
+// across the raise to level 4 (which trims the drawn class at once) and
+// after it.
+func TestRequestTableBytesByClassReplay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Results that decode, of 0 to 16 findings of 60 KB each.
+	var results [][]byte
+	for k := 0; k <= 16; k++ {
+		r := &Result{Index: 1, Findings: make([]Finding, k)}
+		for i := range r.Findings {
+			r.Findings[i] = Finding{Type: FindingLeak, Message: strings.Repeat("m", 60_000)}
+		}
+		results = append(results, EncodeResult(r))
+	}
+	live := newState()
+	require.Nil(t, live.setFeatureLevel(levelRequestClasses).Err)
+	replayAgainstSnapshots(t, live, 2_000, 700, levelBytesByClass, 250, func(i int) requestEntry {
+		id := fmt.Sprintf("k-%d", i)
+		if rng.IntN(3) > 0 {
+			id = fmt.Sprintf("%s%d", DrawnRequestPrefix, i)
+		}
+		return requestEntry{id: id, index: uint64(i + 1), fp: rng.Uint64(), result: results[rng.IntN(len(results))]}
+	})
+	assert.LessOrEqual(t, live.requests.queues[keyedRequests].bytes, RequestTableBytes)
+	assert.LessOrEqual(t, live.requests.queues[drawnRequests].bytes, DrawnRequestBytes)
 }

@@ -263,8 +263,13 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 	for _, lk := range leaks {
 		f := &out[lk.finding]
 		key := f.Owner[len(ServiceOwnerPrefix):]
-		if r := s.services[key]; r != nil && names(r.Spec, f.Value, lk.p == n.ports) {
-			continue
+		if r := s.services[key]; r != nil {
+			if s.level() >= levelRepairByOffset && holds(r.Spec, lk.p, lk.off, lk.p == n.ports) {
+				continue
+			}
+			if s.level() < levelRepairByOffset && names(r.Spec, f.Value, lk.p == n.ports) {
+				continue
+			}
 		}
 		lk.p.p.Bitmap().Release(lk.off)
 		lk.p.recs.set(lk.off, record{})
@@ -274,10 +279,26 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 }
 
 // names reports whether spec holds value: a node port when port, else a
-// cluster IP.
+// cluster IP. It compares strings, as replicas did before level 4 (holds).
 func names(spec service.Spec, value string, port bool) bool {
 	for _, h := range service.PlanDelete(spec) {
 		if h.Value == value && (h.Kind != service.KindClusterIP) == port {
+			return true
+		}
+	}
+	return false
+}
+
+// holds reports whether spec holds the value at off in pool p: a node
+// port when port, else a cluster IP. It compares offsets, since a record
+// keeps an IP as its writer spelled it ("fd00::00a"), and a pool names it
+// one way ("fd00::a").
+func holds(spec service.Spec, p *pool, off int, port bool) bool {
+	for _, h := range service.PlanDelete(spec) {
+		if (h.Kind != service.KindClusterIP) != port {
+			continue
+		}
+		if o, err := p.offset(h.Value); err == nil && o == off {
 			return true
 		}
 	}

@@ -18,9 +18,15 @@ import "strings"
 // come without a key: a drawn ID only serves the node's own retries of
 // one call. The byte bound still covers both, evicting the oldest of
 // either class.
+//
+// From feature level 4 on (levelBytesByClass) each class has its own byte
+// bound too: RequestTableBytes for keyed requests, DrawnRequestBytes for
+// drawn ones. Before, a few hundred large answers to writes without a key
+// (count allocations) evicted a keyed result a client could still retry.
 const (
 	RequestTableSize  = 100_000
 	RequestTableBytes = 256 << 20
+	DrawnRequestBytes = 64 << 20
 	// maxRememberedResult is the largest encoded result a snapshot holds.
 	maxRememberedResult = 1 << 20
 )
@@ -50,8 +56,9 @@ const (
 
 // requestQueue holds one class's entries in log order; q[head:] are live.
 type requestQueue struct {
-	q    []*requestEntry
-	head int
+	q     []*requestEntry
+	head  int
+	bytes int // the size of the live entries
 }
 
 func (q *requestQueue) len() int { return len(q.q) - q.head }
@@ -85,6 +92,7 @@ func (q *requestQueue) pop() *requestEntry {
 type requestTable struct {
 	byID    map[string]*requestEntry
 	classes bool            // keyed and drawn requests counted apart (level 3 on)
+	byClass bool            // each class has its own byte bound (level 4 on)
 	queues  [2]requestQueue // by class; all in keyedRequests until classes
 	puts    uint64          // the next entry's seq
 	bytes   int             // the size of the live entries' IDs and results
@@ -111,17 +119,34 @@ func (t *requestTable) class(id string) int {
 }
 
 // put stores a result, evicting the oldest entries of its class beyond
-// RequestTableSize, then the oldest of any class while the results exceed
-// RequestTableBytes (one entry stays, however large).
+// RequestTableSize, then those over the byte bounds (trim).
 func (t *requestTable) put(e *requestEntry) {
 	e.seq = t.puts
 	t.puts++
 	t.byID[e.id] = e
 	q := &t.queues[t.class(e.id)]
 	q.q = append(q.q, e)
+	q.bytes += e.size()
 	t.bytes += e.size()
 	for q.len() > RequestTableSize {
 		t.evict(q)
+	}
+	t.trim()
+}
+
+// trim evicts the oldest entries while the results exceed the byte
+// bounds: each class's own from level 4 (one entry of a class stays,
+// however large), else RequestTableBytes over both, the oldest of either
+// class first (one entry stays).
+func (t *requestTable) trim() {
+	if t.byClass {
+		for c, limit := range [2]int{keyedRequests: RequestTableBytes, drawnRequests: DrawnRequestBytes} {
+			q := &t.queues[c]
+			for q.bytes > limit && q.len() > 1 {
+				t.evict(q)
+			}
+		}
+		return
 	}
 	for t.bytes > RequestTableBytes && t.len() > 1 {
 		t.evict(t.oldestQueue())
@@ -131,10 +156,21 @@ func (t *requestTable) put(e *requestEntry) {
 // evict forgets the oldest entry of q.
 func (t *requestTable) evict(q *requestQueue) {
 	old := q.pop()
+	q.bytes -= old.size()
 	t.bytes -= old.size()
 	if t.byID[old.id] == old {
 		delete(t.byID, old.id)
 	}
+}
+
+// boundBytesByClass gives each class its own byte bound (the cluster
+// reached levelBytesByClass), and evicts what is over them.
+func (t *requestTable) boundBytesByClass() {
+	if t.byClass {
+		return
+	}
+	t.byClass = true
+	t.trim()
 }
 
 // oldestQueue returns the queue whose oldest entry is the table's oldest.
@@ -160,6 +196,7 @@ func (t *requestTable) countClasses() {
 	for _, e := range all {
 		q := &t.queues[t.class(e.id)]
 		q.q = append(q.q, e)
+		q.bytes += e.size()
 	}
 }
 
@@ -181,9 +218,10 @@ func (t *requestTable) entries() []*requestEntry {
 }
 
 func (t *requestTable) clone() *requestTable {
-	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), classes: t.classes, puts: t.puts, bytes: t.bytes}
+	c := &requestTable{byID: make(map[string]*requestEntry, t.len()), classes: t.classes, byClass: t.byClass, puts: t.puts, bytes: t.bytes}
 	for i := range t.queues {
 		c.queues[i].q = append([]*requestEntry(nil), t.queues[i].live()...)
+		c.queues[i].bytes = t.queues[i].bytes
 		for _, e := range c.queues[i].q {
 			c.byID[e.id] = e
 		}

@@ -55,6 +55,22 @@ func (n ServiceNetwork) Pool(f service.Family) string {
 	return ""
 }
 
+// names tells which of the network's pools pool is: "IPv4", "IPv6" or
+// "node-port"; "" when it is none of them.
+func (n ServiceNetwork) names(pool string) string {
+	switch {
+	case pool == "":
+		return ""
+	case pool == n.NodePortPool:
+		return "node-port"
+	case pool == n.IPv4Pool:
+		return string(service.IPv4)
+	case pool == n.IPv6Pool:
+		return string(service.IPv6)
+	}
+	return ""
+}
+
 // ServiceRecord is a stored Service: the spec as its last write completed
 // it, and that write's log index.
 type ServiceRecord struct {
@@ -139,6 +155,15 @@ func (s *state) resolveNetwork() (*svcNet, *Error) {
 	return out, nil
 }
 
+// networkPool returns the service network's pool of a value of kind k and
+// family f, nil when the network names none or the pool is gone.
+func (s *state) networkPool(k service.NeedKind, f service.Family) *pool {
+	if k == service.KindClusterIP {
+		return s.pools[s.network.Pool(f)]
+	}
+	return s.pools[s.network.NodePortPool]
+}
+
 // poolOf returns the pool of a value of kind k and family f.
 func (n *svcNet) poolOf(k service.NeedKind, f service.Family) *pool {
 	if k == service.KindClusterIP {
@@ -177,16 +202,8 @@ func (s *state) setNetwork(n ServiceNetwork, ifUnset bool) *Result {
 }
 
 func (s *state) checkNetwork(n ServiceNetwork) *Error {
-	if len(n.Families) == 0 || len(n.Families) > 2 {
-		return errorf(CodeInvalidArgument, "a service network has 1 or 2 IP families, got %d", len(n.Families))
-	}
-	if len(n.Families) == 2 && n.Families[0] == n.Families[1] {
-		return errorf(CodeInvalidArgument, "IP family %s is listed twice", n.Families[0])
-	}
-	for _, f := range n.Families {
-		if f != service.IPv4 && f != service.IPv6 {
-			return errorf(CodeInvalidArgument, "IP family %q: want IPv4 or IPv6", f)
-		}
+	if err := checkNetworkShape(n); err != nil {
+		return err
 	}
 	check := func(what, name string, kind allocator.Kind, family string) *Error {
 		p := s.pools[name]
@@ -202,21 +219,47 @@ func (s *state) checkNetwork(n ServiceNetwork) *Error {
 		}
 		return nil
 	}
+	for _, f := range n.Families {
+		if err := check(string(f), n.Pool(f), allocator.KindIP, string(f)); err != nil {
+			return err
+		}
+	}
+	return check("node-port", n.NodePortPool, allocator.KindPort, "")
+}
+
+// checkNetworkShape checks what a service network is on its own: one or
+// two distinct families, and a pool named for each family listed and for
+// no other. Every network the state holds has this shape; whether its
+// pools exist is another matter (checkNetwork): a log written before
+// feature level 4 may have deleted one since.
+func checkNetworkShape(n ServiceNetwork) *Error {
+	if len(n.Families) == 0 || len(n.Families) > 2 {
+		return errorf(CodeInvalidArgument, "a service network has 1 or 2 IP families, got %d", len(n.Families))
+	}
+	if len(n.Families) == 2 && n.Families[0] == n.Families[1] {
+		return errorf(CodeInvalidArgument, "IP family %s is listed twice", n.Families[0])
+	}
+	for _, f := range n.Families {
+		if f != service.IPv4 && f != service.IPv6 {
+			return errorf(CodeInvalidArgument, "IP family %q: want IPv4 or IPv6", f)
+		}
+	}
 	for _, f := range []service.Family{service.IPv4, service.IPv6} {
 		listed := false
 		for _, g := range n.Families {
 			listed = listed || g == f
 		}
 		switch {
-		case listed:
-			if err := check(string(f), n.Pool(f), allocator.KindIP, string(f)); err != nil {
-				return err
-			}
-		case n.Pool(f) != "":
+		case listed && n.Pool(f) == "":
+			return errorf(CodeInvalidArgument, "no pool is named for %s, one of the network's families", f)
+		case !listed && n.Pool(f) != "":
 			return errorf(CodeInvalidArgument, "a pool is named for %s, which is not one of the network's families", f)
 		}
 	}
-	return check("node-port", n.NodePortPool, allocator.KindPort, "")
+	if n.NodePortPool == "" {
+		return errorf(CodeInvalidArgument, "no node-port pool is named")
+	}
+	return nil
 }
 
 // poolInUse refuses a change of the network that would strand Services'
@@ -237,14 +280,21 @@ func (s *state) poolInUse(name string, f service.Family) *Error {
 	return nil
 }
 
-// fieldError turns the planner's error into a result error.
-func fieldError(name string, err error) *Error {
+// fieldError turns the planner's error into a result error. The one
+// error kube-apiserver calls internal, a requested healthCheckNodePort it
+// cannot reserve, is a requested value that is taken or out of range:
+// 422 Invalid naming the field from level 4, 400 InvalidArgument before.
+func (s *state) fieldError(name string, err error) *Error {
 	el, ok := err.(service.Errors)
 	if !ok || len(el) == 0 {
 		return errorf(CodeInvalidArgument, "%v", err)
 	}
 	if len(el) == 1 && el[0].Code == service.CodeInternal {
-		return &Error{Code: CodeInvalidArgument, Op: -1, Field: el[0].Field, Message: el[0].Error()}
+		code := CodeInvalidArgument
+		if s.level() >= levelHealthCheckInvalid {
+			code = CodeInvalid
+		}
+		return &Error{Code: code, Op: -1, Field: el[0].Field, Message: el[0].Error()}
 	}
 	return &Error{Code: CodeInvalid, Op: -1, Field: el[0].Field, Message: fmt.Sprintf("Service %q is invalid: %s", name, el.Error())}
 }
@@ -293,7 +343,7 @@ func (s *state) putService(index uint64, r *Request) *Result {
 	}
 	plan, err := service.PlanWrite(n.net, storedSpec, spec)
 	if err != nil {
-		return &Result{Err: fieldError(spec.Name, err)}
+		return &Result{Err: s.fieldError(spec.Name, err)}
 	}
 	created := stored == nil || (spec.UID != "" && stored.Spec.UID != "" && spec.UID != stored.Spec.UID)
 	if !created && len(plan.Release) == 0 && len(plan.Dynamic()) == 0 && len(plan.Requests()) == 0 &&
@@ -406,10 +456,21 @@ func (s *state) deleteService(index uint64, r *Request) *Result {
 	if stored == nil {
 		return &Result{Err: errorf(CodeServiceNotFound, "services %q not found", name)}
 	}
+	// Each value from its own pool: a pool of the network that is gone
+	// holds none of them, and must not keep the others held. Below level
+	// 4, nothing was released unless the whole network resolved.
+	poolOf := s.networkPool
+	if s.level() < levelReleaseWithoutNetwork {
+		if n, err := s.resolveNetwork(); err == nil {
+			poolOf = n.poolOf
+		} else {
+			poolOf = nil
+		}
+	}
 	var undos []undo
-	if n, err := s.resolveNetwork(); err == nil {
+	if poolOf != nil {
 		for _, h := range service.PlanDelete(stored.Spec) {
-			if p := n.poolOf(h.Kind, h.Family); p != nil {
+			if p := poolOf(h.Kind, h.Family); p != nil {
 				p.releaseOwned(h.Value, ServiceOwner(ns, name), ^uint64(0), &undos)
 			}
 		}
@@ -478,7 +539,7 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 		}
 		plan, err := service.PlanWrite(n.net, nil, spec)
 		if err != nil {
-			return fail(i, fieldError(spec.Name, err))
+			return fail(i, s.fieldError(spec.Name, err))
 		}
 		if dyn := plan.Dynamic(); len(dyn) > 0 {
 			return fail(i, &Error{Code: CodeInvalid, Op: -1, Field: dyn[0].Field,

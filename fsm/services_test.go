@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/service"
 	"github.com/rangealloc/rangealloc/snapshot"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -212,7 +213,7 @@ func TestRestoreRefusesABadServiceRecord(t *testing.T) {
 	for name, mutate := range map[string]func(*snapshot.State){
 		"key not the spec's": func(s *snapshot.State) { s.Services[0].Key = "default/other" },
 		"spec undecodable":   func(s *snapshot.State) { s.Services[0].Spec = []byte{0xff} },
-		"network pool gone":  func(s *snapshot.State) { s.Network.NodePortPool = "nope" },
+		"no node-port pool":  func(s *snapshot.State) { s.Network.NodePortPool = "" },
 	} {
 		c := *ss
 		c.Services = append([]snapshot.Service(nil), ss.Services...)
@@ -225,5 +226,90 @@ func TestRestoreRefusesABadServiceRecord(t *testing.T) {
 		require.Error(t, g.Restore(io.NopCloser(&buf)), name)
 		svcs, _ := g.Services("")
 		require.Empty(t, svcs, "%s: a refused snapshot leaves the state as it was", name)
+	}
+}
+
+// TestRepairKeepsAValueSpelledAnotherWay: a record written after the
+// fence keeps its values from a repair, however its writer spelled them.
+// Below level 4 the repair compared strings, and freed "fd00::a" that a
+// record kept as "fd00::00a", for another owner to take: two owners.
+func TestRepairKeepsAValueSpelledAnotherWay(t *testing.T) {
+	for _, level := range []uint64{3, 4} {
+		for _, ip := range []string{"fd00::a", "fd00::00a"} {
+			t.Run(fmt.Sprintf("level=%d/%s", level, ip), func(t *testing.T) {
+				h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+				require.Nil(t, h.apply(&Request{Kind: KindSetFeatureLevel, FeatureLevel: level}).Err)
+				s := service.Spec{Namespace: "default", Name: "x", Type: service.TypeClusterIP,
+					ClusterIPs: []string{ip}, Ports: []service.Port{{Name: "a", Port: 80}}}
+				require.Nil(t, h.put(s).Err)
+				fence := h.idx
+				s.Ports[0].Name = "b" // the record is rewritten after the fence; its value is not
+				up := h.put(s)
+				require.Nil(t, up.Err)
+				require.Greater(t, up.Service.Revision, fence)
+				rep := h.apply(&Request{Kind: KindReconcile, Fence: fence, Repair: true})
+				require.Nil(t, rep.Err)
+				rec, err := h.f.Service("default", "x")
+				require.NoError(t, err)
+				require.Equal(t, []string{ip}, rec.Spec.ClusterIPs, "the record is kept")
+				a, err := h.f.Get("clusterip-ipv6", "fd00::a")
+				if level < 4 && ip != "fd00::a" {
+					require.Error(t, err, "below level 4 replicas replay the old rule")
+					return
+				}
+				require.NoError(t, err, "the value the kept record names stays held")
+				assert.Equal(t, "services/default/x", a.Owner)
+				other := h.apply(&Request{Kind: KindTxn, Ops: []Op{alloc("clusterip-ipv6", "fd00::a", "other")}})
+				require.NotNil(t, other.Err, "no second owner")
+				assert.Equal(t, CodeAlreadyAllocated, other.Err.Code)
+			})
+		}
+	}
+}
+
+// TestDeleteServiceWithoutANetworkPool: from level 4, deleting a Service
+// releases its values from the pools that exist though a pool of the
+// network is gone (deleted before level 4). Before, it released none, and
+// its values stayed held by a Service that no longer existed.
+func TestDeleteServiceWithoutANetworkPool(t *testing.T) {
+	for _, level := range []uint64{3, 4} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+			require.Nil(t, h.apply(&Request{Kind: KindSetFeatureLevel, FeatureLevel: 3}).Err)
+			s := nodePortSpec("default", "web", 80)
+			s.IPFamilies = []service.Family{service.IPv4}
+			require.Nil(t, h.put(s).Err)
+			require.Nil(t, h.apply(&Request{Kind: KindDeletePool, Pool: "clusterip-ipv6"}).Err, "allowed below level 4")
+			require.Nil(t, h.apply(&Request{Kind: KindSetFeatureLevel, FeatureLevel: level}).Err)
+			del := h.apply(&Request{Kind: KindDeleteService, Service: &service.Spec{Namespace: "default", Name: "web"}})
+			require.Nil(t, del.Err)
+			_, err := h.f.Service("default", "web")
+			require.Error(t, err, "the record is gone")
+			used := map[string]int{}
+			for _, p := range h.f.Pools() {
+				used[p.Name] = p.Used
+			}
+			if level < 4 {
+				assert.Equal(t, map[string]int{"clusterip-ipv4": 1, "nodeport": 1}, used, "below level 4 replicas replay the old rule")
+				return
+			}
+			assert.Equal(t, map[string]int{"clusterip-ipv4": 0, "nodeport": 0}, used, "the Service's clusterIP and nodePort are free")
+		})
+	}
+}
+
+// TestHealthCheckNodePortOutOfRangeIsInvalid: a requested
+// healthCheckNodePort outside the range is 422 Invalid naming the field
+// from level 4 (400 InvalidArgument before).
+func TestHealthCheckNodePortOutOfRangeIsInvalid(t *testing.T) {
+	for level, want := range map[uint64]Code{3: CodeInvalidArgument, 4: CodeInvalid} {
+		h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+		require.Nil(t, h.apply(&Request{Kind: KindSetFeatureLevel, FeatureLevel: level}).Err)
+		res := h.put(service.Spec{Namespace: "default", Name: "lb", Type: service.TypeLoadBalancer, ExternalTrafficPolicy: "Local",
+			Ports: []service.Port{{Name: "a", Port: 80}}, HealthCheckNodePort: 20000})
+		require.NotNil(t, res.Err, "level %d", level)
+		assert.Equal(t, want, res.Err.Code, "level %d", level)
+		assert.Equal(t, "spec.healthCheckNodePort", res.Err.Field)
+		assert.Contains(t, res.Err.Message, "failed to allocate requested HealthCheck NodePort 20000")
 	}
 }

@@ -147,7 +147,7 @@ func importState(ss *snapshot.State) (*state, error) {
 		for _, f := range ss.Network.Families {
 			n.Families = append(n.Families, service.Family(f))
 		}
-		if err := s.checkNetwork(n); err != nil {
+		if err := checkNetworkShape(n); err != nil {
 			return nil, fmt.Errorf("snapshot: service network: %w", err)
 		}
 		s.network = n

@@ -65,6 +65,18 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	res.Index = index
 	if r.ID != "" && !r.DryRun {
 		enc := EncodeResult(res)
+		if len(enc) > maxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.level() >= LevelBoundedResults {
+			// A snapshot keeps results of up to 1 MiB, and a retry must get
+			// the whole first answer: a transaction whose answer is larger
+			// (4,096 values with long owners) is undone and refused. Below
+			// level 4 proposers refuse what could reach the bound instead
+			// (node.checkResultSize).
+			revertOps(res.done)
+			res = &Result{Index: index, Err: errorf(CodeInvalidArgument,
+				"the answer to this request is %d bytes, more than the %d a cluster remembers for a retry: allocate fewer values per request, or use shorter owners",
+				len(enc), maxRememberedResult)}
+			enc = EncodeResult(res)
+		}
 		if len(enc) > maxRememberedResult {
 			// A reconcile's findings can outgrow what a snapshot keeps of
 			// one result; a retry then gets the result without them.
@@ -88,6 +100,15 @@ func (s *state) execute(index uint64, r *Request) *Result {
 	case KindDeletePool:
 		return s.deletePool(r.Pool)
 	case KindSetMember, KindSetMemberNonvoter:
+		// A member kept a non-voter needs snapshot format 4 (level 2), or
+		// no snapshot could be written. Leaders propose the kind only at
+		// level 2 and levels never fall, so no log holds one below it:
+		// this refusal changes no replica's state, it keeps the state
+		// machine from ever holding what it cannot snapshot.
+		if r.Kind == KindSetMemberNonvoter && s.level() < KindLevel(KindSetMemberNonvoter) {
+			return &Result{Err: errorf(CodeInvalidArgument, "a member kept a non-voter needs feature level %d; the cluster is at %d",
+				KindLevel(KindSetMemberNonvoter), s.level())}
+		}
 		if err := ValidateMember(r.Member); err != nil {
 			return &Result{Err: err}
 		}
@@ -189,6 +210,9 @@ func (s *state) deletePool(name string) *Result {
 	}
 	if used := p.p.Bitmap().Used(); used > 0 {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q holds %d allocations", name, used)}
+	}
+	if what := s.network.names(name); what != "" && s.level() >= levelNetworkPoolsKept {
+		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q is the service network's %s pool: point the network at another pool first (PUT /v1/service-network)", name, what)}
 	}
 	delete(s.pools, name)
 	return &Result{}
