@@ -287,17 +287,41 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // backupLoop takes a backup every BackupInterval until the node closes.
+//
+// A node restarts with its state machine at its last snapshot; the entries
+// its log holds after it are applied once a leader says they are
+// committed. Until the node has applied its log's last index at start, a
+// backup would hold less than the backups it wrote before (and pruning
+// would keep the older state over them), so the loop waits for that first,
+// looking again every second. Without a majority it waits for good, and
+// the newest backup stays the newest.
 func (n *Node) backupLoop() {
 	b := n.backups
 	b.removeTemps()
+	floor := n.raft.LastIndex()
 	t := time.NewTimer(b.firstDelay(n.cfg.BackupInterval))
 	defer t.Stop()
+	waiting := false
 	for {
 		select {
 		case <-n.shutdown:
 			return
 		case <-t.C:
 		}
+		if applied := n.fsm.AppliedIndex(); applied < floor {
+			if !waiting {
+				n.logger.Warn("scheduled backup waits: the state machine has applied less than this node's log held at start; a leader commits the rest",
+					"applied_index", applied, "log_index_at_start", floor)
+				waiting = true
+			}
+			t.Reset(min(time.Second, n.cfg.BackupInterval))
+			continue
+		}
+		if waiting {
+			n.logger.Info("scheduled backups resume", "applied_index", n.fsm.AppliedIndex())
+			waiting = false
+		}
+		floor = 0
 		res := b.take()
 		if n.cfg.OnBackup != nil {
 			n.cfg.OnBackup(res)
@@ -324,9 +348,9 @@ func checkBackupDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// startBackups starts the backup loop when Config.BackupDir is set. It
-// runs once the node has its state, so that no backup holds less than
-// the node had before it started.
+// startBackups starts the backup loop when Config.BackupDir is set, once
+// the node has founded or joined its cluster; the loop's first backup
+// waits until the node has applied what its log held at start.
 func (n *Node) startBackups() {
 	if n.cfg.BackupDir == "" {
 		return

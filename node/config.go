@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -63,6 +64,11 @@ type Config struct {
 	// Join lists Raft addresses of existing members to ask, in turn, to add
 	// this node as a voter, when the node has no state.
 	Join []string
+	// JoinVia, when set and Join is empty, gives the Raft addresses to ask
+	// when the node must join (it has no state): the server reads them
+	// from a member's API. A node with state never calls it, so it starts
+	// while the member it names is down.
+	JoinVia func(ctx context.Context) ([]string, error)
 	// Nonvoter asks, with Join, to stay a non-voter: the leader then never
 	// promotes this node (a read replica, or a witness of the log).
 	Nonvoter bool
@@ -191,6 +197,16 @@ func (c *Config) Validate() error {
 	if c.RaftAddr == "" {
 		errs = append(errs, errors.New("RaftAddr is empty"))
 	}
+	// The node's own row of the member table, checked before it founds or
+	// joins: the state machine would refuse it there.
+	if len(c.ID) > fsm.MaxMemberID {
+		errs = append(errs, fmt.Errorf("ID is %d bytes long; at most %d", len(c.ID), fsm.MaxMemberID))
+	}
+	for _, a := range []struct{ name, addr string }{{"RaftAddr", c.RaftAddr}, {"AdvertiseRaft", c.AdvertiseRaft}, {"APIAddr", c.APIAddr}} {
+		if len(a.addr) > fsm.MaxAddressLen {
+			errs = append(errs, fmt.Errorf("%s is %d bytes long; at most %d", a.name, len(a.addr), fsm.MaxAddressLen))
+		}
+	}
 	if err := validLogStore(c.LogStore); err != nil {
 		errs = append(errs, err)
 	}
@@ -200,7 +216,7 @@ func (c *Config) Validate() error {
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		errs = append(errs, errors.New("ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS"))
 	}
-	if len(c.Peers) > 0 && len(c.Join) > 0 {
+	if len(c.Peers) > 0 && (len(c.Join) > 0 || c.JoinVia != nil) {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
 	}
 	seen := map[string]bool{}

@@ -359,9 +359,58 @@ func (n *Node) serveRPC() {
 				_ = conn.Close()
 				return
 			}
-			srv.ServeConn(conn)
+			served := conn
+			if secure {
+				isMember := func() bool { m, _ := n.inConfiguration(peer); return m }
+				if !isMember() {
+					served = &budgetConn{Conn: conn, left: nonMemberReadBudget, isMember: isMember}
+				}
+			}
+			srv.ServeConn(served)
 		})
 	}
+}
+
+// nonMemberReadBudget is how much a connection from a node that is not a
+// member (by its certificate) may send before it is asked again: a
+// newcomer's probes and Join take far less. net/rpc decodes a call's
+// arguments whole before the method refuses a non-member, and gob turns
+// one byte into an element of a slice (a Service spec: 192 bytes), so
+// without the budget a certificate of the cluster's CA outside the
+// cluster made this node allocate some 700 times what it sent.
+const nonMemberReadBudget = 8 << 10
+
+// errReadBudget ends a connection whose peer spent its budget and is
+// still not a member.
+var errReadBudget = errors.New("forwarding RPC: a node that is not a member sent more than it may")
+
+// budgetConn reads at most left bytes from a non-member's connection;
+// then, if the peer has become a member (a newcomer that joined, a
+// founder once the cluster is bootstrapped), without limit. net/rpc
+// reads a connection from one goroutine.
+type budgetConn struct {
+	net.Conn
+	left     int
+	isMember func() bool
+	lifted   bool
+}
+
+func (c *budgetConn) Read(p []byte) (int, error) {
+	if !c.lifted {
+		if c.left <= 0 {
+			if !c.isMember() {
+				return 0, errReadBudget
+			}
+			c.lifted = true
+		} else if len(p) > c.left {
+			p = p[:c.left]
+		}
+	}
+	n, err := c.Conn.Read(p)
+	if !c.lifted {
+		c.left -= n
+	}
+	return n, err
 }
 
 // rpcService is what the leader serves to followers. A receiver that is no

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/rpc"
@@ -153,4 +154,33 @@ func TestForwardAbandonSilentConnection(t *testing.T) {
 	assert.True(t, r.sent, "a call in flight on a connection closed under it may have been applied")
 	require.NoError(t, echo())
 	assert.Equal(t, int32(2), dials.Load(), "a silent connection is replaced")
+}
+
+// TestBudgetConn: a non-member's forwarding connection reads its budget,
+// then ends unless the peer has become a member since (a newcomer after
+// its join, a founder once the cluster is bootstrapped), which reads on
+// without limit.
+func TestBudgetConn(t *testing.T) {
+	for _, becomes := range []bool{false, true} {
+		t.Run(fmt.Sprint("becomesMember=", becomes), func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			member := false
+			c := &budgetConn{Conn: server, left: 10, isMember: func() bool { return member }}
+			go func() { _, _ = client.Write(make([]byte, 25)) }()
+			buf := make([]byte, 64)
+			n, err := c.Read(buf)
+			require.NoError(t, err)
+			assert.Equal(t, 10, n, "no read goes past the budget")
+			member = becomes
+			n, err = c.Read(buf)
+			if !becomes {
+				assert.ErrorIs(t, err, errReadBudget)
+				assert.Zero(t, n)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, 15, n, "a member reads without limit")
+		})
+	}
 }

@@ -249,27 +249,32 @@ func (b *fwdBatcher) gather() {
 // send makes one SubmitBatch call for batch, and leaves a goroutine to
 // answer each write when it returns.
 func (b *fwdBatcher) send(batch []*fwdItem) {
-	reqs := make([]*fsm.Request, len(batch))
-	for i, it := range batch {
-		reqs[i] = it.req
-	}
-	args := &wire.SubmitBatchArgs{Entry: fsm.EncodeBatch(reqs), Protocol: version.Protocol}
-	var reply wire.SubmitBatchReply
 	// The writes count as sent from before the call starts: a caller that
-	// gives up meanwhile must not call its write unsent.
+	// gives up meanwhile must not call its write unsent. They are encoded
+	// under the same lock, once marked: a write abandoned before that is
+	// left out of the entry (its caller was told it was never sent), and
+	// one abandoned after is in it (its caller was told the outcome is
+	// unknown) and is not read again, so a retry may reuse its request.
 	b.mu.Lock()
 	live := batch[:0]
+	reqs := make([]*fsm.Request, 0, len(batch))
 	for _, it := range batch {
 		if it.state == itemQueued {
 			it.state = itemSent
 			live = append(live, it)
+			reqs = append(reqs, it.req)
 		}
 	}
 	batch = live
+	var args *wire.SubmitBatchArgs
+	if len(reqs) > 0 {
+		args = &wire.SubmitBatchArgs{Entry: fsm.EncodeBatch(reqs), Protocol: version.Protocol}
+	}
 	b.mu.Unlock()
 	if len(batch) == 0 {
 		return
 	}
+	var reply wire.SubmitBatchReply
 	metrics.AddSample(keyForwardBatch, float32(len(batch)))
 	p, err := b.n.fwd.send(b.addr, "SubmitBatch", args, &reply)
 	if err != nil {

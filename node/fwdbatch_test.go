@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/rpc"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +229,71 @@ func TestBatcherGathersExpected(t *testing.T) {
 	lone := write()
 	require.Equal(t, 1, <-leader.sizes, "after the hold, what is there goes")
 	answered(lone)
+}
+
+// recordingLeader serves SubmitBatch as a new leader would and records the
+// request IDs each call carried.
+type recordingLeader struct {
+	newLeader
+	mu  sync.Mutex
+	ids []string
+}
+
+func (l *recordingLeader) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatchReply) error {
+	reqs, err := fsm.DecodeEntry(args.Entry)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	for _, r := range reqs {
+		l.ids = append(l.ids, r.ID)
+	}
+	l.mu.Unlock()
+	return l.newLeader.SubmitBatch(args, reply)
+}
+
+func (l *recordingLeader) seen() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.ids...)
+}
+
+// TestAbandonedBeforeSendIsNotSent: a write whose caller gives up while
+// the sender is taking it into a call is either left out of the call (its
+// caller told it was never sent) or in it (told the outcome is unknown).
+// send used to encode the batch before it looked at which writes were
+// given up: the write of a caller told "never sent" (503 NoLeader, which a
+// client without a key answers with a new write) reached the leader too.
+func TestAbandonedBeforeSendIsNotSent(t *testing.T) {
+	leader := &recordingLeader{}
+	addr, _ := serveFake(t, "", leader)
+	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
+	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
+	b := n.batcher(addr)
+	live := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "live"}, done: make(chan outcome, 1)}
+	gone := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "gone"}, done: make(chan outcome, 1)}
+
+	// The sender has taken both writes from the queue (run) and enters
+	// send while the caller of one gives up (forwardSubmit -> abandon),
+	// which waits for the lock first and so takes it first.
+	b.mu.Lock()
+	abandoned := make(chan outcome, 1)
+	go func() { abandoned <- b.abandon(gone, context.DeadlineExceeded) }()
+	time.Sleep(100 * time.Millisecond)
+	sent := make(chan struct{})
+	go func() { b.send([]*fwdItem{live, gone}); close(sent) }()
+	time.Sleep(100 * time.Millisecond)
+	b.mu.Unlock()
+
+	o := <-abandoned
+	<-sent
+	require.True(t, o.definite, "the caller gave up before the write was taken: %v", o.err)
+	select {
+	case o := <-live.done:
+		require.NoError(t, o.err, "the write still wanted is answered")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer for the live write")
+	}
+	assert.Equal(t, []string{"live"}, leader.seen(), "a write answered as never sent must not reach the leader")
 }

@@ -106,11 +106,8 @@ func (n *Node) Cluster() (ClusterStatus, error) {
 // other cluster's state. It joins as a non-voter and becomes a voter once
 // it has caught up.
 func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
-	if err := fsm.ValidateMember(m); err != nil {
+	if err := checkNewMember(m); err != nil { // before it travels: an older leader does not check
 		return err
-	}
-	if m.RaftAddr == "" {
-		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
 	}
 	if m.Nonvoter { // before it travels: a leader of an older release would drop the flag
 		if err := checkKindLevel(fsm.KindSetMemberNonvoter, n.fsm.FeatureLevel()); err != nil {

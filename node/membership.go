@@ -68,7 +68,7 @@ const probeTimeout = 2 * time.Second
 // with the reason it must not.
 func (n *Node) takePart(ctx context.Context) error {
 	switch {
-	case len(n.cfg.Join) > 0:
+	case len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil:
 		return n.join(ctx)
 	case len(n.cfg.Peers) > 0:
 		id, err := n.found(ctx)
@@ -78,7 +78,12 @@ func (n *Node) takePart(ctx context.Context) error {
 		if err := n.keepClusterID(id); err != nil {
 			return err
 		}
-	case n.ClusterID() == "":
+	default:
+		// A lone node without state founds a new cluster, whatever
+		// cluster-id says: an ID left behind names a cluster whose data
+		// this directory no longer holds (or one that never bootstrapped),
+		// and keeping it would let that cluster's members take this one
+		// for theirs.
 		if err := n.keepClusterID(uuid.NewString()); err != nil {
 			return err
 		}
@@ -261,8 +266,12 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 // probeReply describes this node.
 func (n *Node) probeReply() *wire.ProbeReply {
 	candidate, _ := n.candidate.Load().(string)
+	// A leader says it leads only once it has applied an entry of its
+	// term: before, its commit index may be below what the leader before
+	// it committed, and a follower that had applied less would take that
+	// as its word and say it is ready (followLoop).
 	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: n.foundingReady.Load(), Candidate: candidate,
-		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader()}
+		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader() && n.ready.Load()}
 	r.LastIndex = n.raft.LastIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
@@ -282,9 +291,16 @@ func (n *Node) probeReply() *wire.ProbeReply {
 // does, or one refuses it for good.
 func (n *Node) join(ctx context.Context) error {
 	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr, Nonvoter: n.cfg.Nonvoter}
+	targets := n.cfg.Join
+	if len(targets) == 0 {
+		var err error
+		if targets, err = n.cfg.JoinVia(ctx); err != nil {
+			return err
+		}
+	}
 	var last error
 	for attempt := 0; ; attempt++ {
-		for _, addr := range n.cfg.Join {
+		for _, addr := range targets {
 			if me.Nonvoter {
 				// A member of an older release would drop the flag and
 				// have this node promoted: ask only members that know it.
@@ -320,14 +336,32 @@ func (n *Node) join(ctx context.Context) error {
 			}
 		}
 		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("joining the cluster through %s: %w (last failure: %v)", strings.Join(n.cfg.Join, ", "), err, last)
+			return fmt.Errorf("joining the cluster through %s: %w (last failure: %v)", strings.Join(targets, ", "), err, last)
 		}
 	}
+}
+
+// checkNewMember refuses a member row the state machine would refuse, or
+// one without a Raft address.
+func checkNewMember(m fsm.Member) error {
+	if err := fsm.ValidateMember(m); err != nil {
+		return err
+	}
+	if m.RaftAddr == "" {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
+	}
+	return nil
 }
 
 // addMemberOnLeader checks a newcomer over its Raft port, then adds it as
 // a non-voter (promoteLoop makes it a voter) and writes its member row.
 func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
+	// Checked here, where every path meets (AddMember, and the Join and
+	// AddMember calls forwarded from other nodes): a member the state
+	// machine would refuse must not reach the Raft configuration first.
+	if err := checkNewMember(m); err != nil {
+		return err
+	}
 	n.memberMu.Lock()
 	defer n.memberMu.Unlock()
 	kind := fsm.KindSetMember

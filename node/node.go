@@ -201,7 +201,14 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.followLoop)
 	n.startDiskWatch()
 	if disk.hasState {
+		// A founding marker left by a crash between bootstrap and its
+		// removal (takePart) would let this directory, once emptied, skip
+		// the questions that refuse a lost voter.
+		if err := os.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", foundingFile, err)
+		}
 		n.mux.OpenRaft()
+		n.warnLoneFounder()
 	} else {
 		n.starting.Store(true)
 		if err := n.takePart(ctx); err != nil {
@@ -213,6 +220,22 @@ func (n *Node) start(ctx context.Context) error {
 	n.startBackups()
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
 	return nil
+}
+
+// warnLoneFounder warns when a node started with neither Peers nor Join
+// is one of several voters: if its data directory is lost, those flags
+// make it found a new, empty cluster of its own (DESIGN, "Who may take
+// part") instead of refusing to start, and clients that call it would be
+// given values the real cluster holds.
+func (n *Node) warnLoneFounder() {
+	if len(n.cfg.Peers) > 0 || len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil {
+		return
+	}
+	if voters := n.voters(); voters > 1 {
+		n.logger.Warn("this node runs without --join or --peers, but is one of several voters: if its data directory is lost, "+
+			"it will found a new, empty cluster instead of refusing to start; start it with --join <another member's HTTP address> "+
+			"(a node with state ignores it)", "voters", voters)
+	}
 }
 
 // raftPeerAllowed tells the transport whether the node id (named by its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -105,6 +107,8 @@ func TestConfigValidate(t *testing.T) {
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }, "LeaderLeaseTimeout"},
 		{"zero batch", func(c *Config) { c.MaxBatch = 0 }, "MaxBatch"},
 		{"negative batch wait", func(c *Config) { c.BatchWait = -time.Millisecond }, "BatchWait is -1ms"},
+		{"long ID", func(c *Config) { c.ID = strings.Repeat("n", fsm.MaxMemberID+1) }, "ID is 129 bytes long; at most 128"},
+		{"long API address", func(c *Config) { c.APIAddr = strings.Repeat("a", fsm.MaxAddressLen+1) }, "APIAddr is 257 bytes long; at most 256"},
 	}
 	require.NoError(t, base.Validate())
 	for _, tc := range cases {
@@ -235,4 +239,141 @@ func TestRestoreRequestID(t *testing.T) {
 	err = dst.Restore(ctx, bytes.NewReader(one.Bytes()), strings.Repeat("k", fsm.MaxRequestID+1))
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})
 	assert.True(t, held("30050"), "a refused restore changes nothing")
+}
+
+// TestRestartAfterNetworkPoolDeleted: before feature level 4, deleting
+// an empty pool that the service network names left a state whose
+// snapshot no node could load: the restart after a snapshot failed, as
+// would a follower's catch-up by InstallSnapshot. Such a state now loads;
+// from level 4 the deletion is refused.
+func TestRestartAfterNetworkPoolDeleted(t *testing.T) {
+	for _, level := range []int{3, fsm.MaxFeatureLevel} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			cfg := testConfig(t, t.TempDir())
+			cfg.MaxFeatureLevel = level
+			n := openReady(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			require.Eventually(t, func() bool { return n.fsm.FeatureLevel() == level }, 10*time.Second, 10*time.Millisecond,
+				"the new cluster takes its founder's level")
+			require.NoError(t, n.SetServiceNetwork(ctx, fsm.ServiceNetwork{Families: []service.Family{service.IPv4},
+				IPv4Pool: "clusterip-ipv4", NodePortPool: "nodeport"}, ""))
+			held, err := n.Allocate(ctx, "clusterip-ipv4", "", "svc", 0, "")
+			require.NoError(t, err)
+			err = n.DeletePool(ctx, "nodeport", "")
+			if level >= 4 {
+				require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodePoolNotEmpty}, "the network names the pool")
+			} else {
+				require.NoError(t, err)
+			}
+			require.NoError(t, n.Snapshot())
+			require.NoError(t, n.Close())
+
+			cfg.ID = ""
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel2()
+			n2, err := Open(ctx2, cfg)
+			require.NoError(t, err, "the node starts from its snapshot")
+			t.Cleanup(func() { _ = n2.Close() })
+			require.NoError(t, n2.WaitForLeader(ctx2))
+			got, err := n2.Get(ctx, Linearizable, "clusterip-ipv4", held[0].Value)
+			require.NoError(t, err)
+			assert.Equal(t, held[0], got)
+		})
+	}
+}
+
+// TestJoinRefusesABadMember: the leader checks a member where every way
+// of adding one meets (addMemberOnLeader). The Join and AddMember calls
+// forwarded by other nodes skipped Node.AddMember's checks: a member row
+// with an API address too long for the member table was added to the Raft
+// configuration, and only then refused by the state machine.
+func TestJoinRefusesABadMember(t *testing.T) {
+	a := openReady(t, testConfig(t, t.TempDir()))
+	// b waits to join through an address where nobody answers; meanwhile
+	// it answers probes, as a newcomer does.
+	cfg := testConfig(t, t.TempDir())
+	cfg.ID, cfg.Pools, cfg.Join = "b", nil, []string{"127.0.0.1:1"}
+	bctx, stop := context.WithCancel(context.Background())
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		if b, err := Open(bctx, cfg); err == nil {
+			_ = b.Close()
+		}
+	}()
+	t.Cleanup(func() { stop(); <-opened })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { _, err := a.probe(ctx, cfg.RaftAddr); return err == nil }, 10*time.Second, 20*time.Millisecond)
+
+	err := a.addMemberOnLeader(ctx, fsm.Member{ID: "b", RaftAddr: cfg.RaftAddr, APIAddr: strings.Repeat("a", fsm.MaxAddressLen+1)})
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})
+	assert.Contains(t, err.Error(), "member addresses are at most")
+	f := a.raft.GetConfiguration()
+	require.NoError(t, f.Error())
+	assert.Len(t, f.Configuration().Servers, 1, "the configuration is unchanged")
+}
+
+// TestProbeNamesALeaderOnceReady: a new leader's commit index may be
+// below what its predecessor committed until it has applied an entry of
+// its term; a probe says it leads only from then on, so that a follower
+// never takes that commit index as the leader's word on readiness.
+func TestProbeNamesALeaderOnceReady(t *testing.T) {
+	n := openReady(t, testConfig(t, t.TempDir()))
+	require.True(t, n.probeReply().Leader)
+	n.ready.Store(false)
+	assert.False(t, n.probeReply().Leader, "a leader that has not applied an entry of its term")
+	n.ready.Store(true)
+	assert.True(t, n.probeReply().Leader)
+}
+
+// TestLargeAnswerKeepsSnapshots: an allocation of 4,096 values with an
+// owner of 253 bytes answers more than a snapshot keeps of a remembered
+// result. It used to be applied, and every snapshot and backup failed
+// after it. It is refused: by the state machine from feature level 4, by
+// the proposer below; snapshots and backups go on.
+func TestLargeAnswerKeepsSnapshots(t *testing.T) {
+	for _, level := range []int{3, fsm.MaxFeatureLevel} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			cfg := testConfig(t, t.TempDir())
+			cfg.MaxFeatureLevel = level
+			cfg.Pools = []PoolSpec{{Name: "big", Range: "10.128.0.0/12"}}
+			n := openReady(t, cfg)
+			require.Eventually(t, func() bool { return n.fsm.FeatureLevel() == level }, 10*time.Second, 10*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := n.Allocate(ctx, "big", "", strings.Repeat("o", fsm.MaxOwnerLen), fsm.MaxCount, "big-count")
+			require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})
+			got, err := n.Allocate(ctx, "big", "", "svc", fsm.MaxCount, "")
+			require.NoError(t, err)
+			require.Len(t, got, fsm.MaxCount)
+			require.NoError(t, n.Snapshot())
+			var b bytes.Buffer
+			require.NoError(t, n.Backup(ctx, &b))
+		})
+	}
+}
+
+// TestCreatePoolRetryAnswersTheFirstAnswer: a retry of a pool's creation
+// under its request ID answers as the first did, whatever happened to the
+// pool since. The answer used to be read afresh after the write: deleted
+// meanwhile, the retry answered PoolNotFound, and a read that failed after
+// the write applied answered NoLeader (nothing applied).
+func TestCreatePoolRetryAnswersTheFirstAnswer(t *testing.T) {
+	n := openReady(t, testConfig(t, t.TempDir()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, created, err := n.CreatePool(ctx, "extra", "10.200.0.0/24", "create-extra")
+	require.NoError(t, err)
+	require.True(t, created)
+	assert.Equal(t, "extra", first.Name)
+	assert.Equal(t, 254, first.Range.Size(), "a /24 without its network and broadcast addresses")
+	require.NoError(t, n.DeletePool(ctx, "extra", "delete-extra"))
+	again, created, err := n.CreatePool(ctx, "extra", "10.200.0.0/24", "create-extra")
+	require.NoError(t, err, "the retry answers the first answer")
+	assert.True(t, created)
+	assert.Equal(t, first, again)
+	_, err = n.Pool(ctx, Linearizable, "extra")
+	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodePoolNotFound}, "and creates nothing again")
 }

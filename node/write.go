@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
 )
 
@@ -48,6 +49,9 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 				Message: fmt.Sprintf("owner %q: owners under %q are the Services' own; write the Service instead", op.Owner, fsm.ServiceOwnerPrefix)}
 		}
 	}
+	if err := n.checkResultSize(ops); err != nil {
+		return nil, err
+	}
 	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindTxn, ID: requestID, Ops: ops})
 	if err != nil {
 		return nil, err
@@ -56,6 +60,34 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 		return nil, res.Err
 	}
 	return res.Allocations(), nil
+}
+
+// checkResultSize refuses, below feature level 4, a transaction whose
+// answer could encode to more than the 1 MiB a snapshot keeps of a
+// remembered result: applied, it would stop every snapshot until its
+// result left the request table. From level 4 the state machine refuses
+// exactly those whose answer is too large. The bound counts, per value,
+// its pool's name, the longest value (an IPv6 address), the owner (any
+// owner, for a release) and the record's flags and revision.
+func (n *Node) checkResultSize(ops []fsm.Op) error {
+	if n.fsm.FeatureLevel() >= fsm.LevelBoundedResults {
+		return nil
+	}
+	const longestValue, perValue, limit = 39, 16, 1 << 20
+	size := 32
+	for _, op := range ops {
+		owner := len(op.Owner)
+		if op.Kind != fsm.OpAllocate {
+			owner = fsm.MaxOwnerLen
+		}
+		size += 4 + max(op.Count, 1)*(len(op.Pool)+longestValue+owner+perValue)
+	}
+	if size > limit {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"the answer to this request could be %d bytes, more than the %d a cluster below feature level 4 remembers for a retry: "+
+				"allocate fewer values per request, or use shorter owners (or finish the upgrade: rangealloc cluster finalize-upgrade)", size, limit)}
+	}
+	return nil
 }
 
 // CreatePool creates a pool; created is false when an identical pool
@@ -68,8 +100,18 @@ func (n *Node) CreatePool(ctx context.Context, name, rng, requestID string) (st 
 	if res.Err != nil {
 		return PoolStatus{}, false, res.Err
 	}
+	if res.Created {
+		// A pool is created empty: the answer follows from the request, so
+		// a retry under the same ID answers the same whatever happened to
+		// the pool since, and no read can fail after the write applied.
+		r, err := allocator.ParseRange(rng)
+		if err != nil { // the state machine parsed it: only a bug gets here
+			return PoolStatus{}, true, err
+		}
+		return PoolStatus{Name: name, Range: r}, true, nil
+	}
 	st, err = n.Pool(ctx, Leader, name)
-	return st, res.Created, err
+	return st, false, err
 }
 
 // DeletePool deletes an empty pool.
@@ -235,12 +277,15 @@ func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) (maybe bool,
 	n.restoreMu.Lock()
 	defer n.restoreMu.Unlock()
 	// The member table and the request IDs must be the cluster's latest:
-	// a barrier makes the state machine apply everything committed before
-	// it is read. The term read before it names the leadership the lookup
-	// holds for: had the term moved by raft.Restore, another leader could
-	// have restored under the ID meanwhile.
+	// an empty entry, applied, makes the state machine apply everything
+	// committed before it is read. (Not raft.Barrier: a barrier that ends
+	// the log leaves every replica's applied index below the commit index,
+	// and followers not ready, until the next write; see linearize.) The
+	// term read before it names the leadership the lookup holds for: had
+	// the term moved by raft.Restore, another leader could have restored
+	// under the ID meanwhile.
 	term := n.raft.CurrentTerm()
-	if err := n.wait(n.raft.Barrier(0)); err != nil {
+	if err := n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
 		return false, fmt.Errorf("restore: %w", err)
 	}
 	if prev, ok := n.fsm.RequestFingerprint(id); ok {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,15 +66,16 @@ func TestE2ERecoverFromQuorumLoss(t *testing.T) {
 		}
 	}
 
-	// Step 1 of the runbook: a backup of the survivor, without a leader.
-	backup := filepath.Join(t.TempDir(), "survivor.snap")
-	out, stderr, code := rangealloc(t, "http://"+s.http, "snapshot", "save", backup, "--consistency", "stale")
-	require.Equal(t, 0, code, "stale backup of the survivor: %s%s", out, stderr)
-	requireHolds(t, backup, acked)
-
-	// Step 2: stop it, recover it as the only voter, start it as usual.
+	// Step 1 of the runbook: stop the survivor and copy its data directory.
 	s.stop(t)
-	out, stderr, code = rangealloc(t, "", "recover", "--data-dir", s.dir, "--members", fmt.Sprintf("%s=%s=%s", s.id, s.raft, s.http))
+	saved := s.dir + ".before-recover"
+	cp, err := exec.Command("cp", "-a", s.dir, saved).CombinedOutput()
+	require.NoError(t, err, "cp -a: %s", cp)
+	_, err = os.Stat(filepath.Join(saved, "state"))
+	require.NoError(t, err, "the copy holds the node's state")
+
+	// Step 3: recover it as the only voter, and start it as usual.
+	out, stderr, code := rangealloc(t, "", "recover", "--data-dir", s.dir, "--members", fmt.Sprintf("%s=%s=%s", s.id, s.raft, s.http))
 	require.Equal(t, 0, code, "recover: %s%s", out, stderr)
 	t.Logf("rangealloc recover:\n%s", out)
 	for _, want := range []string{"recovered node " + s.id, "old configuration:", "new configuration:", "last entry kept: index ",
@@ -86,8 +88,13 @@ func TestE2ERecoverFromQuorumLoss(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "the survivor is writable within 10 s of its restart")
 	requireServes(t, s, acked)
+	// Step 4: a backup of the survivor, which has applied every entry it kept.
+	backup := filepath.Join(t.TempDir(), "survivor.snap")
+	out, stderr, code = rangealloc(t, "http://"+s.http, "snapshot", "save", backup)
+	require.Equal(t, 0, code, "backup of the survivor: %s%s", out, stderr)
+	requireHolds(t, backup, acked)
 
-	// Step 3: the lost nodes, emptied, join again under their old IDs.
+	// Step 5: the lost nodes, emptied, join again under their old IDs.
 	for _, p := range lost {
 		p.args = []string{"--join", s.http}
 		p.start(t)

@@ -2,8 +2,10 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,4 +201,40 @@ func TestE2ELifecycleFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2EJoinedNodeRestartsWithoutItsJoinTarget: a node with state ignores
+// --join (docs/OPERATIONS.md), so a node that joined through n1 restarts
+// with its usual flags while n1 is gone for good, and with n3 is a
+// majority again. The server used to read the cluster through --join's
+// member before it opened the node, and never started while n1 was down.
+func TestE2EJoinedNodeRestartsWithoutItsJoinTarget(t *testing.T) {
+	ps := newProcs(t, 1)
+	n1 := ps[0]
+	waitLeader(t, n1)
+	dir := filepath.Dir(n1.dir)
+	var joined []*proc
+	for _, id := range []string{"n2", "n3"} {
+		p := &proc{id: id, http: freePort(t), raft: freePort(t), dir: filepath.Join(dir, id), args: []string{"--join", n1.http}}
+		p.start(t)
+		waitVoter(t, n1, id)
+		joined = append(joined, p)
+	}
+	n2, n3 := joined[0], joined[1]
+	n1.stop(t) // gone for good
+	waitLeader(t, n3)
+	n2.stop(t)
+	n2.start(t) // its usual flags, --join n1 among them
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+n2.http+"/healthz", nil)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 20*time.Second, 200*time.Millisecond, "n2, which has state, serves again while its --join target n1 is down")
+	waitLeader(t, n2)
 }

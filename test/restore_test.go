@@ -169,3 +169,32 @@ func TestRestoreDuringTransfer(t *testing.T) {
 	require.NoError(t, l.Node.Restore(ctx, bytes.NewReader(backup.Bytes()), ""), "retried once the transfer ends")
 	c.Heal()
 }
+
+// TestReadyAfterRepeatedRestore: a restore retried under its request ID
+// restores nothing again, and leaves the cluster ready. Its leader used
+// a raft.Barrier to read the latest request IDs; a barrier that ends the
+// log is never applied, so every follower of the idle cluster stayed
+// catching_up (its applied index below the leader's commit index).
+func TestReadyAfterRepeatedRestore(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	_, err := l.Node.Allocate(ctx, "ip", "", "o1", 0, "k1")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, l.Node.Backup(ctx, &buf))
+	data := buf.Bytes()
+	require.NoError(t, l.Node.Restore(ctx, bytes.NewReader(data), "restore-1"))
+	l = c.Leader()
+	require.NoError(t, l.Node.Restore(ctx, bytes.NewReader(data), "restore-1"), "the retry answers success")
+	// Readiness compares with the commit index a follower last heard of,
+	// within a second: wait until each has asked again since the retry.
+	time.Sleep(2 * time.Second)
+	for _, m := range c.Live() {
+		if m == l {
+			continue
+		}
+		require.Eventually(t, func() bool { return m.Node.Readiness().Ready }, 2*time.Second, 20*time.Millisecond,
+			"follower %s, idle and holding everything, is ready: %+v", m.ID, m.Node.Readiness())
+	}
+}

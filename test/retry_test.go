@@ -3,7 +3,10 @@ package test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,4 +157,61 @@ func ownerHolds(t *testing.T, ctx context.Context, n *node.Node, pool, owner str
 		values = append(values, a.Value)
 	}
 	return values
+}
+
+// TestNoLeaderAnswerMeansNotApplied: writes forwarded by a follower under
+// deadlines of 0 to 8 ms. A call answered ErrNoLeader (503 NoLeader:
+// nothing was applied) must not be applied afterwards: a client without
+// a key writes again on that answer. The follower's sender used to
+// encode a write its caller had just given up on into the call.
+func TestNoLeaderAnswerMeansNotApplied(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: []node.PoolSpec{{Name: "big", Range: "10.128.0.0/12"}}})
+	l := c.Leader()
+	ctx := ctxT(t, 120*time.Second)
+	require.Eventually(t, func() bool {
+		ps, err := l.Node.Pools(ctx, node.Leader)
+		return err == nil && len(ps) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	f := follower(c, l)
+	var mu sync.Mutex
+	var noLeader []string
+	var wg sync.WaitGroup
+	for round := 0; round < 30; round++ {
+		for i := 0; i < 32; i++ {
+			id := fmt.Sprintf("r%d-c%d", round, i)
+			ops := make([]fsm.Op, 250)
+			for j := range ops {
+				ops[j] = fsm.Op{Kind: fsm.OpAllocate, Pool: "big", Owner: id}
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(8000))*time.Microsecond)
+				defer cancel()
+				_, err := f.Node.Txn(cctx, ops, id)
+				var ue *node.UnknownOutcomeError
+				if errors.Is(err, node.ErrNoLeader) && !errors.As(err, &ue) {
+					mu.Lock()
+					noLeader = append(noLeader, id)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	require.NotEmpty(t, noLeader, "some calls gave up before their write was sent")
+	// What is in flight lands; then each ID is looked up on the leader.
+	_, err := l.Node.Pools(ctx, node.Linearizable)
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	var applied []string
+	for _, id := range noLeader {
+		held, _, err := l.Node.LocalState().List("big", id, "", 1000)
+		require.NoError(t, err)
+		if len(held) > 0 {
+			applied = append(applied, fmt.Sprintf("%s holds %d values", id, len(held)))
+		}
+	}
+	t.Logf("%d calls answered NoLeader", len(noLeader))
+	require.Empty(t, applied, "calls answered NoLeader (nothing applied) whose write was applied")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/test/cluster"
@@ -237,31 +238,59 @@ func TestFoundingResumesAfterCrash(t *testing.T) {
 // dialing it, must not take it over (it did while the new node had no
 // cluster ID yet: it became a follower of the old leader with a
 // one-voter configuration, and later acknowledged writes on its own).
+// With keepID, the operator removed the log store and the state marker
+// but left cluster-id: the node bootstrapped alone under the old cluster's
+// ID, and so served a second, empty copy of that cluster under its name.
 func TestLoneRestartNotCaptured(t *testing.T) {
-	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
-	l := waitPools(t, c)
-	ctx := ctxT(t, 30*time.Second)
-	before, err := l.Node.Allocate(ctx, "ip", "", "real-cluster", 0, "")
+	for _, keepID := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keepID=%v", keepID), func(t *testing.T) {
+			c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+			l := waitPools(t, c)
+			ctx := ctxT(t, 30*time.Second)
+			before, err := l.Node.Allocate(ctx, "ip", "", "real-cluster", 0, "")
+			require.NoError(t, err)
+			f := follower(c, l)
+			c.Kill(f.Index)
+			cfg := c.Config(f.Index)
+			if keepID {
+				emptyButClusterID(t, cfg.DataDir)
+			} else {
+				c.Wipe(f.Index)
+			}
+			cfg.Peers = nil
+			c.SetConfig(f.Index, cfg)
+			c.Start(f.Index)
+			require.NotEmpty(t, f.Node.ClusterID(), "a lone node knows its cluster before its Raft port opens")
+			assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID())
+			time.Sleep(3 * time.Second) // the old leader keeps dialing its former voter
+			assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID(), "not taken over")
+			_, err = f.Node.Get(ctx, node.Stale, "ip", before[0].Value)
+			assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "the old cluster's log did not reach it")
+			st, err := f.Node.Cluster()
+			require.NoError(t, err)
+			require.Len(t, st.Members, 1)
+			assert.Equal(t, f.ID, st.Members[0].ID)
+			assert.True(t, f.Node.IsLeader(), "it leads its own cluster")
+			c.Kill(f.Index) // two clusters now: EnsureSame compares the old one's
+		})
+	}
+}
+
+// emptyButClusterID removes everything in a data directory but its
+// cluster-id file.
+func emptyButClusterID(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	f := follower(c, l)
-	c.Kill(f.Index)
-	c.Wipe(f.Index)
-	cfg := c.Config(f.Index)
-	cfg.Peers = nil
-	c.SetConfig(f.Index, cfg)
-	c.Start(f.Index)
-	require.NotEmpty(t, f.Node.ClusterID(), "a lone node knows its cluster before its Raft port opens")
-	assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID())
-	time.Sleep(3 * time.Second) // the old leader keeps dialing its former voter
-	assert.NotEqual(t, l.Node.ClusterID(), f.Node.ClusterID(), "not taken over")
-	_, err = f.Node.Get(ctx, node.Stale, "ip", before[0].Value)
-	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeNotAllocated}, "the old cluster's log did not reach it")
-	st, err := f.Node.Cluster()
-	require.NoError(t, err)
-	require.Len(t, st.Members, 1)
-	assert.Equal(t, f.ID, st.Members[0].ID)
-	assert.True(t, f.Node.IsLeader(), "it leads its own cluster")
-	c.Kill(f.Index) // two clusters now: EnsureSame compares the old one's
+	kept := false
+	for _, e := range entries {
+		if e.Name() == "cluster-id" {
+			kept = true
+			continue
+		}
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	require.True(t, kept, "the directory had a cluster-id file")
 }
 
 // forEachLogStore runs test once per Raft log store, as subtests named
@@ -269,5 +298,57 @@ func TestLoneRestartNotCaptured(t *testing.T) {
 func forEachLogStore(t *testing.T, test func(t *testing.T, store string)) {
 	for _, store := range []string{node.LogStoreBolt, node.LogStoreWAL} {
 		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
+}
+
+// TestLeftoverFoundingMarkerRemoved: a crash between bootstrap and the
+// removal of the founding marker leaves the marker beside a directory
+// with state. The node removes it when it next starts: left there, a
+// later loss of raft.db and the state marker let the node skip the
+// question that finds its peers with state, and bootstrap an empty voter
+// into the cluster.
+func TestLeftoverFoundingMarkerRemoved(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	ctx := ctxT(t, 30*time.Second)
+	_, err := l.Node.Allocate(ctx, "ip", "", "acked", 0, "k")
+	require.NoError(t, err)
+	c.Kill(f.Index)
+	marker := filepath.Join(c.Config(f.Index).DataDir, "founding")
+	require.NoError(t, os.WriteFile(marker, []byte("00000000-0000-4000-8000-000000000000\n"), 0o600))
+	c.Start(f.Index)
+	_, err = os.Stat(marker)
+	require.ErrorIs(t, err, os.ErrNotExist, "a node with state removes a founding marker left behind")
+	c.Kill(f.Index)
+	emptyButClusterID(t, c.Config(f.Index).DataDir)
+	err = c.TryStart(f.Index)
+	require.ErrorIs(t, err, node.ErrStorage, "a voter whose data is gone refuses to start")
+}
+
+// TestLoneFlagsOnAVoterWarn: a voter of a cluster of three started with
+// neither peers nor join would, once its data directory is lost, found a
+// new empty cluster rather than refuse to start; it says so when it
+// starts. With its peers it says nothing.
+func TestLoneFlagsOnAVoterWarn(t *testing.T) {
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
+	l := waitPools(t, c)
+	f := follower(c, l)
+	const warning = "runs without --join or --peers, but is one of several voters"
+	for _, lone := range []bool{false, true} {
+		c.Kill(f.Index)
+		var logs lockedBuffer
+		cfg := c.Config(f.Index)
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})
+		if lone {
+			cfg.Peers = nil
+		}
+		c.SetConfig(f.Index, cfg)
+		c.Start(f.Index)
+		if lone {
+			assert.Contains(t, logs.String(), warning)
+		} else {
+			assert.NotContains(t, logs.String(), warning)
+		}
 	}
 }

@@ -291,9 +291,10 @@ func runServer(ctx context.Context, f *serverFlags) error {
 		if err != nil {
 			return err
 		}
-		if cfg.Join, err = joinTargets(ctx, f.g.clientOf(f.join, hc), f.join); err != nil {
-			return err
-		}
+		// Read only when the node must join: a node with state starts
+		// while the member --join names is down.
+		c := f.g.clientOf(f.join, hc)
+		cfg.JoinVia = func(ctx context.Context) ([]string, error) { return joinTargets(ctx, c, f.join) }
 	}
 	metrics := api.NewMetrics()
 	cfg.OnApply, cfg.OnCommit = metrics.ObserveApply, metrics.ObserveCommit
