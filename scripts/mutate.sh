@@ -51,6 +51,24 @@ request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\);
 founding-ignores-peer-state | node/membership.go | s{return "", n\.refuseFounding\(r\.peer, r\.reply\)}{empty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
 founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.foundingReady\.Store\(true\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
+lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase n.ClusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
+network-pool-deletable | fsm/state.go | s{what != "" && s\.level\(\) >= levelNetworkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
+snapshot-needs-network-pools | fsm/snapshot.go | s{if err := checkNetworkShape\(n\); err != nil \{}{if err := s.checkNetwork(n); err != nil \{} | ./node/ | ^TestRestartAfterNetworkPoolDeleted$
+nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && s\.level\(\)}{if false && s.level()} | ./fsm/ | ^TestNonvoterNeedsLevel2$
+repair-compares-strings | fsm/reconcile.go | s{if s\.level\(\) >= levelRepairByOffset && holds}{if false && holds} | ./fsm/ | ^TestRepairKeepsAValueSpelledAnotherWay$
+delete-service-needs-network | fsm/services.go | s{if s\.level\(\) < levelReleaseWithoutNetwork \{}{if true \{} | ./fsm/ | ^TestDeleteServiceWithoutANetworkPool$
+healthcheck-invalid-argument | fsm/services.go | s{\t\t\tcode = CodeInvalid\n}{\t\t\tcode = CodeInvalidArgument\n} | ./fsm/ | ^TestHealthCheckNodePortOutOfRangeIsInvalid$
+backups-before-log-applied | node/backup.go | s{if applied := n\.fsm\.AppliedIndex\(\); applied < floor \{}{if applied := n.fsm.AppliedIndex(); false && applied < floor \{} | ./test/ | ^TestScheduledBackupsWaitAfterRestart$
+restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)\n\tif err := n\.wait\(n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\)}{term := n.raft.CurrentTerm()\n\tif err := n.wait(n.raft.Barrier(0))} | ./test/ | ^TestReadyAfterRepeatedRestore$
+founding-marker-kept | node/node.go | s{if err := os\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil && !errors\.Is\(err, os\.ErrNotExist\) \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
+join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
+forward-sends-abandoned | node/fwdbatch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/ | ^TestAbandonedBeforeSendIsNotSent$
+large-result-applied | fsm/state.go | s{len\(enc\) > maxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
+large-result-proposed | node/write.go | s{if size > limit \{}{if false \{} | ./node/ | ^TestLargeAnswerKeepsSnapshots$
+request-bytes-shared | fsm/requests.go | s{if t\.byClass \{\n\t\tfor c, limit}{if false \{\n\t\tfor c, limit} | ./fsm/ | ^TestKeyedResultsOutliveLargeDrawnOnes$
+cross-site-write-served | api/auth.go | s{\t\tif why == "" \{\n\t\t\twhy = crossSiteWrite\(r\)\n\t\t\}\n}{} | ./api/ | ^TestGuardCrossSiteWrite$
+non-member-unbudgeted | node/forward.go | s{if !isMember\(\) \{\n}{if false \{\n} | ./test/ | ^TestNonMemberCannotAmplify$
+handshakes-unbounded | transport/mux.go | s{case len\(m\.naming\) >= MaxPendingConns:}{case false:} | ./transport/ | ^TestHandshakeFloodBounded$
 fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
 join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
