@@ -12,44 +12,28 @@ import (
 )
 
 // toSpec converts a Service body to the planner's spec. The singular
-// clusterIP stands for clusterIPs[0], as in Kubernetes.
-func toSpec(s types.Service) (service.Spec, error) {
-	spec := service.Spec{Namespace: s.Namespace, Name: s.Name, UID: s.UID, Type: s.Type, ClusterIPs: s.ClusterIPs,
+// clusterIP goes along as given: the node folds it into clusterIPs, on an
+// update against the stored Service (node.PutService).
+func toSpec(s types.Service) service.Spec {
+	spec := service.Spec{Namespace: s.Namespace, Name: s.Name, UID: s.UID, Type: s.Type, ClusterIPs: s.ClusterIPs, ClusterIP: s.ClusterIP,
 		IPFamilyPolicy: s.IPFamilyPolicy, HasSelector: s.HasSelector, ExternalTrafficPolicy: s.ExternalTrafficPolicy,
 		HealthCheckNodePort: s.HealthCheckNodePort, AllocateLoadBalancerNodePorts: s.AllocateLoadBalancerNodePorts}
-	if s.ClusterIP != "" {
-		switch {
-		case len(s.ClusterIPs) == 0:
-			spec.ClusterIPs = []string{s.ClusterIP}
-		case s.ClusterIPs[0] != s.ClusterIP:
-			return spec, &fsm.Error{Code: fsm.CodeInvalid, Op: -1, Field: "spec.clusterIPs",
-				Message: fmt.Sprintf("Service %q is invalid: spec.clusterIPs: Invalid value: %#v: element [0] must match clusterIP", s.Name, s.ClusterIPs)}
-		}
-	}
 	for _, f := range s.IPFamilies {
 		spec.IPFamilies = append(spec.IPFamilies, service.Family(f))
 	}
 	for _, p := range s.Ports {
 		spec.Ports = append(spec.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort})
 	}
-	return spec, nil
+	return spec
 }
 
-// toSpecs converts the Services of a reconcile or an import; an error's
-// field names the Service's index ("services[3].spec.clusterIPs").
-func toSpecs(list []types.Service) ([]service.Spec, error) {
+// toSpecs converts the Services of a reconcile or an import.
+func toSpecs(list []types.Service) []service.Spec {
 	out := make([]service.Spec, 0, len(list))
-	for i, s := range list {
-		spec, err := toSpec(s)
-		if err != nil {
-			if fe, ok := err.(*fsm.Error); ok {
-				fe.Field = fmt.Sprintf("services[%d].%s", i, fe.Field)
-			}
-			return nil, err
-		}
-		out = append(out, spec)
+	for _, s := range list {
+		out = append(out, toSpec(s))
 	}
-	return out, nil
+	return out
 }
 
 // toService converts a stored Service to its JSON form.
@@ -108,7 +92,7 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request) {
 	}
 	var spec service.Spec
 	if err == nil {
-		spec, err = toSpec(body)
+		spec = toSpec(body)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -255,7 +239,7 @@ func (srv *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	var listed []service.Spec
 	if err == nil {
-		listed, err = toSpecs(body.Services)
+		listed = toSpecs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -290,7 +274,7 @@ func (srv *Server) importServices(w http.ResponseWriter, r *http.Request) {
 	}
 	var specs []service.Spec
 	if err == nil {
-		specs, err = toSpecs(body.Services)
+		specs = toSpecs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)

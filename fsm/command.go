@@ -57,6 +57,12 @@ const (
 	// KindSetMemberNonvoter writes a member row like KindSetMember, and
 	// with it whether the member stays a non-voter (Member.Nonvoter).
 	KindSetMemberNonvoter Kind = 14
+	// KindPutServiceV2 is KindPutService whose Service also carries the
+	// singular clusterIP its caller gave (service.Spec.ClusterIP), which
+	// the state machine folds into clusterIPs against the stored Service,
+	// as kube-apiserver does. Proposers fold it themselves, into a
+	// KindPutService, below its feature level.
+	KindPutServiceV2 Kind = 15
 )
 
 func (k Kind) String() string {
@@ -89,6 +95,8 @@ func (k Kind) String() string {
 		return "set-feature-level"
 	case KindSetMemberNonvoter:
 		return "set-member-nonvoter"
+	case KindPutServiceV2:
+		return "put-service-v2"
 	}
 	return fmt.Sprintf("Kind(%d)", byte(k))
 }
@@ -273,6 +281,14 @@ func encodeBody(e *encoder, r *Request) {
 		}
 		encodeSpec(e, spec)
 		e.bool(r.DryRun)
+	case KindPutServiceV2:
+		spec := r.Service
+		if spec == nil {
+			spec = &service.Spec{}
+		}
+		encodeSpec(e, spec)
+		e.bool(r.DryRun)
+		e.str(spec.ClusterIP)
 	case KindReconcile:
 		e.uvarint(r.Fence)
 		e.bool(r.Repair)
@@ -374,6 +390,11 @@ func DecodeEntry(data []byte) ([]*Request, error) {
 			spec := decodeSpec(&d)
 			r.Service = &spec
 			r.DryRun = d.bool()
+		case KindPutServiceV2:
+			spec := decodeSpec(&d)
+			r.Service = &spec
+			r.DryRun = d.bool()
+			spec.ClusterIP = d.str(maxField)
 		case KindReconcile:
 			r.Fence = d.uvarint()
 			r.Repair = d.bool()

@@ -34,11 +34,16 @@ import "fmt"
 //     until its result left the request table). The request table bounds
 //     the bytes of keyed and drawn requests apart (requests.go), so
 //     large answers to writes without a key never evict a keyed one.
+//   - Level 5: KindPutServiceV2, a Service write that carries the
+//     singular clusterIP its caller gave, so that an update naming only
+//     the stored primary keeps a dual-stack Service's secondary, as
+//     kube-apiserver does. Below it, proposers fold the singular into
+//     clusterIPs themselves, which refuses that update (422).
 //
 // A new kind or format bumps MaxFeatureLevel and names its level in
 // kindLevels (or in the snapshot package's choice of format); so does a
 // new rule of Apply.
-const MaxFeatureLevel = 4
+const MaxFeatureLevel = 5
 
 // levelRequestClasses is the feature level from which the request table
 // counts keyed and drawn requests apart.
@@ -61,6 +66,7 @@ const (
 var kindLevels = map[Kind]int{
 	KindSetFeatureLevel:   2,
 	KindSetMemberNonvoter: 2,
+	KindPutServiceV2:      5,
 }
 
 // KindLevel returns the feature level a cluster must have before a leader

@@ -203,3 +203,44 @@ func TestLargeResultRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPutServiceV2: the singular clusterIP travels in the log entry, and
+// an update naming only a dual-stack Service's stored primary keeps both
+// IPs. Below level 5 the kind is refused and changes nothing.
+func TestPutServiceV2(t *testing.T) {
+	h := newSvcFSM(t, "10.96.0.0/24", "30000-30099")
+	dual := service.Spec{Namespace: "ns", Name: "d", IPFamilyPolicy: service.RequireDualStack}
+	created := h.put(dual)
+	require.Nil(t, created.Err)
+	ips := created.Service.Spec.ClusterIPs
+	require.Len(t, ips, 2)
+
+	v2 := &Request{Kind: KindPutServiceV2, ID: "v2", Seed: 3, Service: &service.Spec{Namespace: "ns", Name: "d", ClusterIP: ips[0]}}
+	dec, err := DecodeEntry(EncodeBatch([]*Request{v2}))
+	require.NoError(t, err)
+	assert.Equal(t, []*Request{v2}, dec, "the singular survives the log encoding")
+	plain := *v2
+	plain.Kind = KindPutService
+	assert.NotEqual(t, v2.Fingerprint(), plain.Fingerprint())
+
+	res := h.apply(v2)
+	require.NotNil(t, res.Err)
+	assert.Equal(t, CodeInvalidArgument, res.Err.Code)
+	assert.Contains(t, res.Err.Message, "needs feature level 5")
+	got, err := h.f.Service("ns", "d")
+	require.NoError(t, err)
+	assert.Equal(t, created.Service.Revision, got.Revision, "refused below level 5: nothing written")
+
+	h.apply(setLevel(5))
+	res = h.apply(&Request{Kind: KindPutServiceV2, Service: &service.Spec{Namespace: "ns", Name: "d", ClusterIP: ips[0]}})
+	require.Nil(t, res.Err)
+	assert.Equal(t, ips, res.Service.Spec.ClusterIPs, "the secondary is kept")
+	assert.Empty(t, res.Service.Spec.ClusterIP, "the record holds no singular")
+	assert.Equal(t, created.Service.Revision, res.Service.Revision, "nothing changed, so nothing was written")
+
+	res = h.apply(&Request{Kind: KindPutServiceV2, Service: &service.Spec{Namespace: "ns", Name: "d", ClusterIP: "10.96.0.200"}})
+	require.NotNil(t, res.Err)
+	assert.Equal(t, CodeInvalid, res.Err.Code)
+	got, _ = h.f.Service("ns", "d")
+	assert.Equal(t, ips, got.Spec.ClusterIPs, "a refused write changes nothing")
+}

@@ -138,6 +138,8 @@ func fuzzSeedEntries() [][]*Request {
 		{{Kind: KindSetClusterID, ClusterID: "5b0c2f4e-0000-4000-8000-000000000001"}, {Kind: KindSetFeatureLevel, FeatureLevel: MaxFeatureLevel}},
 		{{Kind: KindPutService, ID: "s2", Seed: 9, Service: &web}, {Kind: KindPutService, Seed: 11, Service: &lb, DryRun: true}},
 		{{Kind: KindDeleteService, ID: "d1", Service: &service.Spec{Namespace: "default", Name: "web"}}},
+		{{Kind: KindPutServiceV2, ID: "s3", Seed: 19, Service: &service.Spec{Namespace: "default", Name: "web", Type: service.TypeNodePort,
+			ClusterIP: "10.96.0.3", Ports: []service.Port{{Name: "a", Port: 80}}}}},
 		{{Kind: KindSetServiceNetwork, Network: ServiceNetwork{Families: []service.Family{service.IPv6}, IPv6Pool: "clusterip-ipv6", NodePortPool: "nodeport"}, IfUnset: true}},
 		{{Kind: KindReconcile, Fence: 3, Repair: true, Services: []service.Spec{web, lb}}},
 		{{Kind: KindDeletePool, Pool: "clusterip-ipv6"}, {Kind: KindCreatePool, Pool: "clusterip-ipv6", Range: "30100-30110"},

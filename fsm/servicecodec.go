@@ -16,7 +16,7 @@ const (
 // specSize is at least the length of encodeSpec's output.
 func specSize(s *service.Spec) int {
 	const v = binary.MaxVarintLen64
-	n := 12*v + len(s.Namespace) + len(s.Name) + len(s.UID) + len(s.Type) + len(s.IPFamilyPolicy) + len(s.ExternalTrafficPolicy)
+	n := 13*v + len(s.Namespace) + len(s.Name) + len(s.UID) + len(s.Type) + len(s.IPFamilyPolicy) + len(s.ExternalTrafficPolicy) + len(s.ClusterIP)
 	for _, ip := range s.ClusterIPs {
 		n += v + len(ip)
 	}

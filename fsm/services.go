@@ -108,7 +108,7 @@ func checkSpecSize(s *service.Spec) *Error {
 	if len(s.UID) > MaxUIDLen {
 		return errorf(CodeInvalidArgument, "uid is %d bytes long; at most %d", len(s.UID), MaxUIDLen)
 	}
-	long := len(s.Type) > MaxFieldLen || len(s.IPFamilyPolicy) > MaxFieldLen || len(s.ExternalTrafficPolicy) > MaxFieldLen ||
+	long := len(s.Type) > MaxFieldLen || len(s.ClusterIP) > MaxFieldLen || len(s.IPFamilyPolicy) > MaxFieldLen || len(s.ExternalTrafficPolicy) > MaxFieldLen ||
 		len(s.ClusterIPs) > 2*MaxServicePorts || len(s.IPFamilies) > 2*MaxServicePorts
 	for _, x := range s.ClusterIPs {
 		long = long || len(x) > MaxFieldLen
@@ -295,6 +295,18 @@ func (s *state) fieldError(name string, err error) *Error {
 			code = CodeInvalid
 		}
 		return &Error{Code: code, Op: -1, Field: el[0].Field, Message: el[0].Error()}
+	}
+	return InvalidService(name, el)
+}
+
+// InvalidService is the error of a write of Service name that the
+// service package's checks refused (err): 422 CodeInvalid naming the
+// first field, worded as kube-apiserver words it. An err that is not
+// service.Errors is CodeInvalidArgument.
+func InvalidService(name string, err error) *Error {
+	el, ok := err.(service.Errors)
+	if !ok || len(el) == 0 {
+		return errorf(CodeInvalidArgument, "%v", err)
 	}
 	return &Error{Code: CodeInvalid, Op: -1, Field: el[0].Field, Message: fmt.Sprintf("Service %q is invalid: %s", name, el.Error())}
 }

@@ -128,6 +128,15 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		return s.setNetwork(r.Network, r.IfUnset)
 	case KindPutService:
 		return s.putService(index, r)
+	case KindPutServiceV2:
+		// Leaders propose it only from its level, and levels never fall,
+		// so no log holds one below it; this refusal keeps a replica from
+		// applying what a node of the previous release could not.
+		if s.level() < KindLevel(KindPutServiceV2) {
+			return &Result{Err: errorf(CodeInvalidArgument, "%s needs feature level %d; the cluster is at %d",
+				KindPutServiceV2, KindLevel(KindPutServiceV2), s.level())}
+		}
+		return s.putService(index, r)
 	case KindDeleteService:
 		return s.deleteService(index, r)
 	case KindReconcile:

@@ -154,7 +154,7 @@ func (n *Node) fillDiskProbe(r *wire.ProbeReply) {
 func clientWrite(k fsm.Kind) bool {
 	switch k {
 	case fsm.KindTxn, fsm.KindCreatePool, fsm.KindCreatePoolExclusive, fsm.KindDeletePool,
-		fsm.KindSetServiceNetwork, fsm.KindPutService, fsm.KindDeleteService, fsm.KindReconcile, fsm.KindImport:
+		fsm.KindSetServiceNetwork, fsm.KindPutService, fsm.KindPutServiceV2, fsm.KindDeleteService, fsm.KindReconcile, fsm.KindImport:
 		return true
 	}
 	return false

@@ -493,7 +493,7 @@ func TestDiskConfigValidate(t *testing.T) {
 func TestClientWrite(t *testing.T) {
 	for k, want := range map[fsm.Kind]bool{
 		fsm.KindTxn: true, fsm.KindCreatePool: true, fsm.KindCreatePoolExclusive: true, fsm.KindDeletePool: true,
-		fsm.KindSetServiceNetwork: true, fsm.KindPutService: true, fsm.KindDeleteService: true,
+		fsm.KindSetServiceNetwork: true, fsm.KindPutService: true, fsm.KindPutServiceV2: true, fsm.KindDeleteService: true,
 		fsm.KindReconcile: true, fsm.KindImport: true,
 		fsm.KindSetMember: false, fsm.KindRemoveMember: false, fsm.KindSetClusterID: false,
 	} {

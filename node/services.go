@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rangealloc/rangealloc/allocator"
@@ -44,8 +45,23 @@ func (n *Node) submitChecked(ctx context.Context, req *fsm.Request) (*fsm.Result
 // changes nothing answers the stored Service and keeps its revision.
 // Rejected writes are *fsm.Error: CodeInvalid with the Field,
 // CodeRangeFull, or CodeInvalidArgument.
+//
+// spec.ClusterIP, the singular field, stands for clusterIPs[0] as in
+// Kubernetes. An update that gives it alone, naming the stored primary,
+// keeps every stored clusterIP (a dual-stack Service keeps its
+// secondary). That needs feature level 5, where the log entry carries the
+// singular to the state machine, which folds it against the stored
+// Service; below it, this node folds it as a create's, and such an
+// update is refused for dropping the secondary.
 func (n *Node) PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (ServiceWrite, error) {
-	res, err := n.submitChecked(ctx, &fsm.Request{Kind: fsm.KindPutService, ID: requestID, Service: &spec, DryRun: dryRun})
+	kind := fsm.KindPutServiceV2
+	if spec.ClusterIP == "" || n.fsm.FeatureLevel() < fsm.KindLevel(fsm.KindPutServiceV2) {
+		kind = fsm.KindPutService
+		if err := service.FoldClusterIP(&spec); err != nil {
+			return ServiceWrite{}, fsm.InvalidService(spec.Name, err)
+		}
+	}
+	res, err := n.submitChecked(ctx, &fsm.Request{Kind: kind, ID: requestID, Service: &spec, DryRun: dryRun})
 	if err != nil {
 		return ServiceWrite{}, err
 	}
@@ -111,6 +127,10 @@ func (n *Node) SetServiceNetwork(ctx context.Context, sn fsm.ServiceNetwork, req
 // or replaced. A report is a linearizable read; a repair is one log entry,
 // and its index is returned.
 func (n *Node) Reconcile(ctx context.Context, fence uint64, listed []service.Spec, repair bool, requestID string) ([]fsm.Finding, uint64, error) {
+	listed, err := foldClusterIPs(listed)
+	if err != nil {
+		return nil, 0, err
+	}
 	if !repair {
 		r, err := n.read(ctx, &readArgs{Op: "reconcile", Fence: fence, Services: listed, Consistency: int(Linearizable)})
 		if err != nil {
@@ -144,6 +164,10 @@ type ImportResult struct {
 // RangeAllocation's range must be the range of one of the service
 // network's pools. All or nothing, in one log entry.
 func (n *Node) Import(ctx context.Context, specs []service.Spec, ras []RangeAllocation, requestID string) (ImportResult, error) {
+	specs, err := foldClusterIPs(specs)
+	if err != nil {
+		return ImportResult{}, err
+	}
 	var held []fsm.PoolValues
 	if len(ras) > 0 {
 		sn, err := n.ServiceNetwork(ctx, Linearizable)
@@ -189,6 +213,28 @@ func (n *Node) Import(ctx context.Context, specs []service.Spec, ras []RangeAllo
 		return ImportResult{}, err
 	}
 	return ImportResult{Services: res.Imported, Values: res.Count, Index: res.Index}, nil
+}
+
+// foldClusterIPs folds the singular clusterIP of listed Services (a
+// reconcile's or an import's: their log entries do not carry it) into
+// clusterIPs, as for a create. An error names the Service by its index
+// ("services[3].spec.clusterIPs"). The caller's slice is not changed.
+func foldClusterIPs(specs []service.Spec) ([]service.Spec, error) {
+	out, copied := specs, false
+	for i := range specs {
+		if specs[i].ClusterIP == "" {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(specs), true
+		}
+		if err := service.FoldClusterIP(&out[i]); err != nil {
+			e := fsm.InvalidService(out[i].Name, err)
+			e.Field = fmt.Sprintf("services[%d].%s", i, e.Field)
+			return nil, e
+		}
+	}
+	return out, nil
 }
 
 func nonEmpty(ss []string) []string {

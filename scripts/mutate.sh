@@ -83,6 +83,8 @@ handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remot
 pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
 last-voter-removable | node/members.go | s{case voter && voters == 1:}{case voter && voters == 0:} | ./test/ | ^TestOperationsThatCannotSucceed$
+singular-ip-folded-as-create | service/plan.go | s{&& old\.ClusterIPs\[0\] == ip \{}{&& old.ClusterIPs[0] == ip && false \{} | ./service/ | ^TestSingularClusterIP$
+singular-ip-folded-by-proposer | node/services.go | s{if spec\.ClusterIP == "" \|\| n\.fsm}{if true || n.fsm} | ./test/ | ^TestServiceSingularClusterIP$
 restore-replaces-members | node/write.go | s{if err := b\.Remember\(id, fp\)\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Remember(id, fp).Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
 EOF
 )

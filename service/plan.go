@@ -38,6 +38,9 @@ func PlanWrite(n Network, stored *Spec, spec Spec) (Plan, error) {
 	if replace {
 		before = nil
 	}
+	if el := foldClusterIP(&svc, before); len(el) > 0 {
+		return Plan{}, el
+	}
 	if before != nil {
 		patchAllocatedValues(&svc, before)
 	}
@@ -231,6 +234,43 @@ func validateEnums(s *Spec) Errors {
 		el = append(el, invalid("spec.healthCheckNodePort", s.HealthCheckNodePort, "must be between 1 and 65535, inclusive"))
 	}
 	return el
+}
+
+// FoldClusterIP folds a create's singular clusterIP into clusterIPs, as
+// kube-apiserver does for a Service with no stored object: it stands for
+// clusterIPs[0] when clusterIPs is left out, and must match it when not.
+// An update is folded by PlanWrite against the stored service instead.
+func FoldClusterIP(s *Spec) error {
+	if el := foldClusterIP(s, nil); len(el) > 0 {
+		return el
+	}
+	return nil
+}
+
+// foldClusterIP moves the singular clusterIP into clusterIPs. On an update
+// (old set) that leaves clusterIPs out and names the stored primary, the
+// write keeps every stored clusterIP, as kube-apiserver's
+// patchAllocatedValues and normalizeClusterIPs do: a client that knows
+// only the singular field does not drop a dual-stack service's secondary.
+// Otherwise it stands for a one-element clusterIPs, which the checks that
+// follow judge (a changed primary is immutable).
+func foldClusterIP(s, old *Spec) Errors {
+	ip := s.ClusterIP
+	if ip == "" {
+		return nil
+	}
+	s.ClusterIP = ""
+	switch {
+	case len(s.ClusterIPs) == 0:
+		if old != nil && needsClusterIP(old) && needsClusterIP(s) && len(old.ClusterIPs) > 0 && old.ClusterIPs[0] == ip {
+			s.ClusterIPs = slices.Clone(old.ClusterIPs)
+		} else {
+			s.ClusterIPs = []string{ip}
+		}
+	case s.ClusterIPs[0] != ip:
+		return Errors{invalid("spec.clusterIPs", s.ClusterIPs, "element [0] must match clusterIP")}
+	}
+	return nil
 }
 
 // patchAllocatedValues fills what an update left out from the stored

@@ -64,6 +64,12 @@ type Spec struct {
 	ExternalTrafficPolicy         string   `json:"externalTrafficPolicy,omitempty"`
 	HealthCheckNodePort           int32    `json:"healthCheckNodePort,omitempty"`
 	AllocateLoadBalancerNodePorts *bool    `json:"allocateLoadBalancerNodePorts,omitempty"`
+
+	// ClusterIP is the singular clusterIP of a write, as a caller gave it:
+	// it stands for clusterIPs[0], as in Kubernetes. It is input only:
+	// PlanWrite folds it into ClusterIPs against the stored service
+	// (FoldClusterIP without one), and a completed Spec never carries it.
+	ClusterIP string `json:"clusterIP,omitempty"`
 }
 
 // Network is the service network: its IP families (the first is the

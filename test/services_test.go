@@ -31,10 +31,13 @@ var servicePools = []node.PoolSpec{
 
 // serviceCluster starts n nodes with the dual-stack service network and
 // an API server on each; it returns a client per node.
-func serviceCluster(t *testing.T, n int) (*cluster.Cluster, []*client.Client) {
+func serviceCluster(t *testing.T, n int, tune ...func(*node.Config)) (*cluster.Cluster, []*client.Client) {
 	c := cluster.New(t, n, cluster.Options{Pools: servicePools, Tune: func(cfg *node.Config) {
 		cfg.ServiceNetwork = &fsm.ServiceNetwork{Families: []service.Family{service.IPv4, service.IPv6},
 			IPv4Pool: "clusterip-ipv4", IPv6Pool: "clusterip-ipv6", NodePortPool: "nodeport"}
+		for _, f := range tune {
+			f(cfg)
+		}
 	}})
 	var clients []*client.Client
 	for _, m := range c.Members {
@@ -173,6 +176,49 @@ func TestServicesOverHTTP(t *testing.T) {
 	_, err = follower.DeleteService(ctx, "default", "web", client.ServiceOptions{})
 	require.Equal(t, http.StatusNotFound, apiErr(t, err).Status)
 	require.Equal(t, "ServiceNotFound", apiErr(t, err).Code)
+}
+
+// TestServiceSingularClusterIP: a client that knows only the singular
+// clusterIP sends back a dual-stack Service's primary and leaves
+// clusterIPs out. From feature level 5 the update keeps both IPs, as
+// kube-apiserver does; at level 4 it is refused for dropping the
+// secondary, and changes nothing. Both go through a follower.
+func TestServiceSingularClusterIP(t *testing.T) {
+	for _, level := range []int{4, fsm.MaxFeatureLevel} {
+		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
+			c, cl := serviceCluster(t, 3, func(cfg *node.Config) { cfg.MaxFeatureLevel = level })
+			ctx := context.Background()
+			follower := cl[(c.Leader().Index+1)%len(cl)]
+			ports := []types.ServicePort{{Name: "http", Port: 80}}
+			svc, _, err := follower.PutService(ctx, types.Service{Namespace: "default", Name: "web",
+				IPFamilyPolicy: "RequireDualStack", Ports: ports}, client.ServiceOptions{})
+			require.NoError(t, err)
+			require.Len(t, svc.ClusterIPs, 2)
+
+			update := types.Service{Namespace: "default", Name: "web", ClusterIP: svc.ClusterIP, Ports: ports}
+			got, created, err := follower.PutService(ctx, update, client.ServiceOptions{})
+			if level < 5 {
+				require.Equal(t, "Invalid", apiErr(t, err).Code)
+				require.Equal(t, "spec.ipFamilyPolicy", apiErr(t, err).Details["field"])
+			} else {
+				require.NoError(t, err)
+				require.False(t, created)
+				require.Equal(t, svc.ClusterIPs, got.ClusterIPs, "the secondary is kept")
+				require.Equal(t, svc.Revision, got.Revision, "a write that changes nothing appends no entry")
+			}
+
+			// A singular that disagrees with clusterIPs is refused at every level.
+			update.ClusterIPs = []string{svc.ClusterIPs[1]}
+			_, _, err = follower.PutService(ctx, update, client.ServiceOptions{})
+			require.Equal(t, "Invalid", apiErr(t, err).Code)
+			require.Equal(t, "spec.clusterIPs", apiErr(t, err).Details["field"])
+
+			stored, err := cl[c.Leader().Index].GetService(ctx, "default", "web", client.Options{})
+			require.NoError(t, err)
+			require.Equal(t, svc.ClusterIPs, stored.ClusterIPs)
+			require.Equal(t, svc.Revision, stored.Revision)
+		})
+	}
 }
 
 func TestServiceImportKeepsRangeAllocations(t *testing.T) {
