@@ -63,7 +63,7 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		} else {
 			o = outcome{err: ErrNoLeader, definite: true}
 		}
-		if o.err == nil && unknown && refusedForDisk(o.res) {
+		if o.err == nil && unknown && (refusedForDisk(o.res) || refusedForLevel(o.res)) {
 			// An earlier attempt may have been applied: this refusal,
 			// decided without the request table, must not say otherwise.
 			return nil, &UnknownOutcomeError{RequestID: req.ID, Err: o.res.Err}
@@ -117,7 +117,7 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 // enqueue hands a request to the group commit. A nil proposal comes with
 // the outcome that refused it, definite.
 func (n *Node) enqueue(ctx context.Context, req *fsm.Request) (*proposal, outcome) {
-	if err := checkKindLevel(req.Kind, n.fsm.FeatureLevel()); err != nil {
+	if err := n.checkKind(req.Kind); err != nil {
 		return nil, outcome{res: &fsm.Result{Err: err}}
 	}
 	p := &proposal{req: req, done: make(chan outcome, 1), queued: time.Now()}

@@ -37,6 +37,24 @@ func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
 	return nil
 }
 
+// checkKind is checkKindLevel on this leader's level. A follower proposes
+// a kind once it has applied the level that has it, which a leader just
+// elected may not have applied yet: before it refuses, the leader applies
+// everything committed (an empty entry) and looks again.
+func (n *Node) checkKind(k fsm.Kind) *fsm.Error {
+	err := checkKindLevel(k, n.fsm.FeatureLevel())
+	if err != nil && n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)) == nil {
+		err = checkKindLevel(k, n.fsm.FeatureLevel())
+	}
+	return err
+}
+
+// refusedForLevel tells whether res is checkKindLevel's refusal, which a
+// proposer decides without the request table.
+func refusedForLevel(res *fsm.Result) bool {
+	return res != nil && res.Err != nil && res.Err.Code == fsm.CodeVersionMismatch
+}
+
 // FinalizeUpgrade raises the cluster's feature level to the highest that
 // every member's binary supports, and returns the level the cluster is at
 // then. It refuses (CodeVersionMismatch) while a member does not answer,

@@ -52,10 +52,11 @@ func (n *Node) submitChecked(ctx context.Context, req *fsm.Request) (*fsm.Result
 // secondary). That needs feature level 5, where the log entry carries the
 // singular to the state machine, which folds it against the stored
 // Service; below it, this node folds it as a create's, and such an
-// update is refused for dropping the secondary.
+// update is refused for dropping the secondary. A singular that comes
+// with clusterIPs only has to match clusterIPs[0], and is checked here.
 func (n *Node) PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (ServiceWrite, error) {
 	kind := fsm.KindPutServiceV2
-	if spec.ClusterIP == "" || n.fsm.FeatureLevel() < fsm.KindLevel(fsm.KindPutServiceV2) {
+	if spec.ClusterIP == "" || len(spec.ClusterIPs) > 0 || n.currentLevel(ctx) < fsm.KindLevel(fsm.KindPutServiceV2) {
 		kind = fsm.KindPutService
 		if err := service.FoldClusterIP(&spec); err != nil {
 			return ServiceWrite{}, fsm.InvalidService(spec.Name, err)
@@ -66,6 +67,30 @@ func (n *Node) PutService(ctx context.Context, spec service.Spec, dryRun bool, r
 		return ServiceWrite{}, err
 	}
 	return ServiceWrite{ServiceRecord: *res.Service, Created: res.Created}, nil
+}
+
+// currentLevel is the cluster's feature level as of this call, for a
+// proposer choosing an entry kind. This node's own view may lag a raise
+// committed just before (finalize-upgrade, or a new cluster's founding,
+// which raises its level in an entry): below this build's highest level,
+// a follower asks the leader for its commit index and applies up to it,
+// and a leader that has not yet applied an entry of its term does so. On
+// any failure it answers this node's view, which is never above the
+// cluster's.
+func (n *Node) currentLevel(ctx context.Context) int {
+	if level := n.fsm.FeatureLevel(); level >= fsm.MaxFeatureLevel {
+		return level
+	}
+	if n.IsLeader() {
+		if !n.ready.Load() {
+			_ = n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0))
+		}
+	} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
+		if r, err := n.probe(ctx, string(addr)); err == nil && r.Leader {
+			_ = n.fsm.WaitApplied(ctx, r.CommitIndex)
+		}
+	}
+	return n.fsm.FeatureLevel()
 }
 
 // DeleteService deletes a Service and releases exactly its values, in one

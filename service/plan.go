@@ -249,9 +249,10 @@ func FoldClusterIP(s *Spec) error {
 
 // foldClusterIP moves the singular clusterIP into clusterIPs. On an update
 // (old set) that leaves clusterIPs out and names the stored primary, the
-// write keeps every stored clusterIP, as kube-apiserver's
-// patchAllocatedValues and normalizeClusterIPs do: a client that knows
-// only the singular field does not drop a dual-stack service's secondary.
+// write keeps every stored clusterIP, whatever the types, as
+// kube-apiserver's normalizeClusterIPs does: a client that knows only the
+// singular field does not drop a dual-stack service's secondary, and a
+// change to ExternalName then drops them all (dropTypeDependent).
 // Otherwise it stands for a one-element clusterIPs, which the checks that
 // follow judge (a changed primary is immutable).
 func foldClusterIP(s, old *Spec) Errors {
@@ -262,7 +263,7 @@ func foldClusterIP(s, old *Spec) Errors {
 	s.ClusterIP = ""
 	switch {
 	case len(s.ClusterIPs) == 0:
-		if old != nil && needsClusterIP(old) && needsClusterIP(s) && len(old.ClusterIPs) > 0 && old.ClusterIPs[0] == ip {
+		if old != nil && len(old.ClusterIPs) > 0 && old.ClusterIPs[0] == ip {
 			s.ClusterIPs = slices.Clone(old.ClusterIPs)
 		} else {
 			s.ClusterIPs = []string{ip}

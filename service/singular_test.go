@@ -60,6 +60,10 @@ func TestSingularClusterIP(t *testing.T) {
 		net:  v4v6, stored: storedDual(), spec: svc(singular("10.0.0.9"), uid("uid-2")),
 		needs: []string{keep0}, release: []string{"ClusterIP/IPv6 2000::9"}, families: []Family{IPv4}, policy: SingleStack,
 	}, {
+		name: "to ExternalName, the singular naming the stored primary: every IP released",
+		net:  v4v6, stored: storedDual(), spec: svc(typ(TypeExternalName), singular("10.0.0.9"), ports()),
+		release: []string{"ClusterIP/IPv4 10.0.0.9", "ClusterIP/IPv6 2000::9"},
+	}, {
 		name:   "from ExternalName the singular is a create's",
 		stored: stored(typ(TypeExternalName), ports()), spec: svc(singular("10.0.0.7")),
 		needs: []string{"spec.clusterIPs[0]/IPv4 req:10.0.0.7"},
