@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,17 +12,13 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testaddr.Loopback(t) }
 
 func testConfig(t *testing.T, dir string) Config {
 	cfg := DefaultConfig()

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/test/cluster"
 )
@@ -114,11 +114,8 @@ func embeddedAllocate(b *testing.B, callers int, tune func(*node.Config), pick f
 // until it serves a linearizable read, and the heap it holds then.
 func BenchmarkRestart1M(b *testing.B) {
 	dir := b.TempDir()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
 	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RaftAddr = dir, addr
+	cfg.DataDir, cfg.RaftAddr = dir, testaddr.Loopback(b)
 	cfg.Pools = []node.PoolSpec{{Name: "ip", Range: "10.96.0.0/12"}}
 	ctx := context.Background()
 	n, err := node.Open(ctx, cfg)

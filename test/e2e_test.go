@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,27 +47,8 @@ func TestMain(m *testing.M) {
 }
 
 // freePort returns a loopback address whose port is free now, for a
-// server process to listen on.
-//
-// The port is drawn below the kernel's ephemeral range (32768 and up by
-// default), where no outgoing connection takes one: a port from ":0" is
-// ephemeral, and between this check and the server process binding it,
-// any connection a test running beside opens may take it (a node that
-// cannot bind stops, and its peers never form the cluster).
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue // in use
-		}
-		addr := l.Addr().String()
-		require.NoError(t, l.Close())
-		return addr
-	}
-	t.Fatal("no free port among 1,000 tried in 20000-31999")
-	return ""
-}
+// server process to listen on (testaddr.Loopback).
+func freePort(t *testing.T) string { return testaddr.Loopback(t) }
 
 // proc is a rangealloc server process.
 type proc struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/transport"
 	"github.com/stretchr/testify/require"
@@ -149,12 +150,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return testaddr.Loopback(t) }
 
 // faultyDial dials the forwarding RPC through the fault table, which it
 // treats as a firewall that drops packets: a dial across a cut fails, and
