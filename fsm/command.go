@@ -324,14 +324,16 @@ func (r *Request) Fingerprint() uint64 {
 // for the next call up to 1 MiB (a transaction of 4,096 releases encodes to
 // about 150 KB).
 func (r *Request) fingerprint(scratch *[]byte) uint64 {
-	if r.Kind == KindPutServiceV2 && r.Service != nil {
+	if r.Kind == KindPutServiceV2 && r.Service != nil && len(r.Service.ClusterIPs) == 0 {
 		// The same client request is a put-service-v2 from a proposer at
 		// level 5 and a put-service, the singular folded into clusterIPs,
 		// below it: a retry under one ID across the raise (or through a
 		// node that has not applied it yet) must find the first attempt,
 		// either way round. So this kind is identified by that folded form.
+		// (Proposers send it only without clusterIPs; one with both is
+		// fingerprinted as itself.)
 		folded := *r.Service
-		if len(folded.ClusterIPs) == 0 && folded.ClusterIP != "" {
+		if folded.ClusterIP != "" {
 			folded.ClusterIPs = []string{folded.ClusterIP}
 		}
 		folded.ClusterIP = ""

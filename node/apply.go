@@ -117,8 +117,8 @@ func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
 // enqueue hands a request to the group commit. A nil proposal comes with
 // the outcome that refused it, definite.
 func (n *Node) enqueue(ctx context.Context, req *fsm.Request) (*proposal, outcome) {
-	if err := n.checkKind(req.Kind); err != nil {
-		return nil, outcome{res: &fsm.Result{Err: err}}
+	if o := n.checkKind(ctx, req.Kind); o.err != nil || o.res != nil {
+		return nil, o
 	}
 	p := &proposal{req: req, done: make(chan outcome, 1), queued: time.Now()}
 	select {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 )
 
@@ -39,14 +40,43 @@ func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
 
 // checkKind is checkKindLevel on this leader's level. A follower proposes
 // a kind once it has applied the level that has it, which a leader just
-// elected may not have applied yet: before it refuses, the leader applies
-// everything committed (an empty entry) and looks again.
-func (n *Node) checkKind(k fsm.Kind) *fsm.Error {
-	err := checkKindLevel(k, n.fsm.FeatureLevel())
-	if err != nil && n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)) == nil {
-		err = checkKindLevel(k, n.fsm.FeatureLevel())
+// elected may not have applied yet: before it refuses, the leader catches
+// up and looks again. A catch-up that fails for a lost lead, or ends with
+// ctx, refuses nothing: the outcome's err says so, and nothing was
+// proposed.
+func (n *Node) checkKind(ctx context.Context, k fsm.Kind) outcome {
+	e := checkKindLevel(k, n.fsm.FeatureLevel())
+	if e == nil {
+		return outcome{}
 	}
-	return err
+	if err := n.catchUp(ctx); err != nil {
+		if lostLead(err) || errors.Is(err, raft.ErrRaftShutdown) {
+			err = ErrNotLeader
+		}
+		return outcome{err: err, definite: true}
+	}
+	if e = checkKindLevel(k, n.fsm.FeatureLevel()); e != nil {
+		return outcome{res: &fsm.Result{Err: e}}
+	}
+	return outcome{}
+}
+
+// catchUp makes this leader's state machine apply everything committed
+// before the call, within ctx. A leader that has applied an entry of its
+// term waits for its commit index; one that has not (its commit index may
+// be below what the leader before it committed) commits an empty entry.
+func (n *Node) catchUp(ctx context.Context) error {
+	if n.ready.Load() {
+		return n.fsm.WaitApplied(ctx, n.raft.CommitIndex())
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // refusedForLevel tells whether res is checkKindLevel's refusal, which a

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/rangealloc/rangealloc/version"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,4 +47,28 @@ func TestCheckKindLevel(t *testing.T) {
 	assert.Nil(t, checkKindLevel(fsm.KindSetMemberNonvoter, 2))
 	assert.Nil(t, checkKindLevel(fsm.KindSetFeatureLevel, 1))
 	assert.Nil(t, checkKindLevel(fsm.KindTxn, 1))
+}
+
+// TestKindAboveLevelRefused: a leader refuses a kind its cluster's level
+// does not have, after catching up, and nothing is applied.
+func TestKindAboveLevelRefused(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MaxFeatureLevel = 4
+	n := openReady(t, cfg)
+	require.Eventually(t, func() bool { return n.fsm.FeatureLevel() == 4 }, 10*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	v2 := &fsm.Request{Kind: fsm.KindPutServiceV2, ID: "v2", Service: &service.Spec{Namespace: "ns", Name: "s", ClusterIP: "10.96.0.9"}}
+	res, err := n.submit(ctx, v2)
+	require.NoError(t, err)
+	require.NotNil(t, res.Err)
+	assert.Equal(t, fsm.CodeVersionMismatch, res.Err.Code)
+	assert.Contains(t, res.Err.Message, "put-service-v2 needs feature level 5, and the cluster is at 4")
+	_, remembered := n.fsm.RequestResult("v2")
+	assert.False(t, remembered, "nothing applied")
+
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	assert.Equal(t, outcome{}, n.checkKind(done, fsm.KindTxn), "a kind the level has passes at once, without a catch-up")
 }

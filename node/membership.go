@@ -282,6 +282,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 	}
 	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
 	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.maxFeatureLevel()
+	r.ClusterLevel = n.fsm.FeatureLevel()
 	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
 	n.fillDiskProbe(r)
 	return r

@@ -141,6 +141,10 @@ type ProbeReply struct {
 	// --min-free-disk, so it refuses writes and should not lead.
 	DiskFree uint64
 	DiskLow  bool
+
+	// ClusterLevel is the cluster's feature level as its state machine
+	// has applied it; 0 from a release before this field.
+	ClusterLevel int
 }
 
 // MemberHealth is the leader's view of one member (protocol 2).
