@@ -395,9 +395,11 @@ func requireReadableByOld(t *testing.T, step string, s diskScan) {
 type poolValue struct{ pool, value string }
 
 // rollingLoad allocates and releases through every member while the test
-// changes binaries. Each write carries an Idempotency-Key and is retried,
-// through the next member, until it has a definite answer, so every
-// acknowledged write is known. Every owner is used for one allocation.
+// changes binaries, and creates, updates and deletes Services. Each write
+// carries an Idempotency-Key and is retried, through the next member,
+// until it has a definite answer, so every acknowledged write is known.
+// Every owner is used for one allocation, every Service name for one
+// Service.
 type rollingLoad struct {
 	nodes []*relNode
 	stop  chan struct{}
@@ -406,13 +408,17 @@ type rollingLoad struct {
 
 	mu sync.Mutex
 	// mu guards the following
-	allocated map[string]poolValue // owner → its acknowledged allocation
-	released  map[string]bool      // owners whose release was acknowledged
-	problems  []string             // answers no correct cluster gives
+	allocated map[string]poolValue     // owner → its acknowledged allocation
+	released  map[string]bool          // owners whose release was acknowledged
+	services  map[string]types.Service // name → its last acknowledged state
+	deleted   map[string]bool          // Services whose delete was acknowledged
+	updates   int                      // Service updates acknowledged
+	problems  []string                 // answers no correct cluster gives
 }
 
 func startRollingLoad(t *testing.T, nodes []*relNode, workers int) *rollingLoad {
-	l := &rollingLoad{nodes: nodes, allocated: map[string]poolValue{}, released: map[string]bool{}}
+	l := &rollingLoad{nodes: nodes, allocated: map[string]poolValue{}, released: map[string]bool{},
+		services: map[string]types.Service{}, deleted: map[string]bool{}}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("load seed %d", seed)
 	l.resume(workers, seed)
@@ -420,14 +426,20 @@ func startRollingLoad(t *testing.T, nodes []*relNode, workers int) *rollingLoad 
 	return l
 }
 
-// resume starts the workers; halt stops them after their current write.
+// resume starts the workers, and one more for Services; halt stops them
+// after their current write.
 func (l *rollingLoad) resume(workers int, seed uint64) {
 	l.stop = make(chan struct{})
-	for g := range workers {
+	for g := range workers + 1 {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.work(g, rand.New(rand.NewPCG(seed, uint64(g))))
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			if g == workers {
+				l.serviceWork(g, rng)
+			} else {
+				l.work(g, rng)
+			}
 		}()
 	}
 }
@@ -503,6 +515,99 @@ func (l *rollingLoad) release(g int, owner string) {
 	l.acks.Add(1)
 }
 
+// serviceWork creates Services (type ClusterIP, or NodePort one in
+// three), updates them and deletes them. An update sends what the last
+// answer gave with clusterIPs left out and the singular clusterIP kept, as
+// a Kubernetes client that knows only clusterIP does: a proposer folds it
+// into clusterIPs while the cluster is below the level of put-service-v2,
+// and sends put-service-v2 from that level on. No node of the previous
+// release may see that kind: it would stop on it, and its disk would hold
+// an entry above level 1 (requireReadableByOld).
+func (l *rollingLoad) serviceWork(g int, rng *rand.Rand) {
+	var mine []string // this worker's Services not deleted
+	for i := 0; ; i++ {
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		switch r := rng.IntN(10); {
+		case len(mine) > 0 && r < 2:
+			k := rng.IntN(len(mine))
+			name := mine[k]
+			mine = append(mine[:k], mine[k+1:]...)
+			l.deleteService(g, name)
+		case len(mine) > 0 && r < 6:
+			l.updateService(g, mine[rng.IntN(len(mine))], i)
+		default:
+			name := fmt.Sprintf("svc-w%d-%d", g, i)
+			typ := "ClusterIP"
+			if rng.IntN(3) == 0 {
+				typ = "NodePort"
+			}
+			svc := types.Service{Namespace: "up", Name: name, Type: typ, Ports: []types.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}}}
+			if l.putService(g, svc, "create-"+name, nil) {
+				mine = append(mine, name)
+			}
+		}
+	}
+}
+
+// updateService changes the port of a Service, giving only the singular
+// clusterIP, and requires its values kept.
+func (l *rollingLoad) updateService(g int, name string, i int) {
+	l.mu.Lock()
+	prev := l.services[name]
+	l.mu.Unlock()
+	svc := prev
+	svc.Ports = slices.Clone(prev.Ports)
+	svc.Ports[0].Port = int32(81 + i%1000)
+	svc.ClusterIP, svc.ClusterIPs, svc.Revision = prev.ClusterIPs[0], nil, 0
+	l.putService(g, svc, fmt.Sprintf("update-%s-%d", name, i), &prev)
+}
+
+// putService writes svc and records the answer. prev, for an update, is
+// the last acknowledged state, whose values the answer must keep.
+func (l *rollingLoad) putService(g int, svc types.Service, key string, prev *types.Service) bool {
+	var out types.Service
+	err := l.write(g, func(ctx context.Context, c *client.Client) error {
+		var err error
+		out, _, err = c.PutService(ctx, svc, client.ServiceOptions{Options: client.Options{IdempotencyKey: key}})
+		return err
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("put Service %s (%s): %v", svc.Name, key, err))
+		return false
+	}
+	if prev != nil && (!slices.Equal(out.ClusterIPs, prev.ClusterIPs) || out.Ports[0].NodePort != prev.Ports[0].NodePort) {
+		l.problems = append(l.problems, fmt.Sprintf("update of Service %s (%s) changed its values: %v %d, then %v %d",
+			svc.Name, key, prev.ClusterIPs, prev.Ports[0].NodePort, out.ClusterIPs, out.Ports[0].NodePort))
+	}
+	l.services[svc.Name] = out
+	if prev != nil {
+		l.updates++
+	}
+	l.acks.Add(1)
+	return true
+}
+
+func (l *rollingLoad) deleteService(g int, name string) {
+	err := l.write(g, func(ctx context.Context, c *client.Client) error {
+		_, err := c.DeleteService(ctx, "up", name, client.ServiceOptions{Options: client.Options{IdempotencyKey: "delete-" + name}})
+		return err
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("delete Service %s: %v", name, err))
+		return
+	}
+	l.deleted[name] = true
+	l.acks.Add(1)
+}
+
 // write sends a request through the members in turn until one gives a
 // definite answer: a success or a 4xx refusal. Anything else (no answer,
 // a 5xx, 503 NoLeader) may or may not have been applied; the retry's
@@ -541,7 +646,10 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	require.Empty(t, l.problems, "every write of the load had a definite, expected answer")
+	if n := len(l.problems); n > 0 {
+		t.Fatalf("%d writes of the load had no definite, expected answer; the first %d:\n%s",
+			n, min(n, 10), strings.Join(l.problems[:min(n, 10)], "\n"))
+	}
 	holder := map[poolValue]string{}
 	owned := map[string]poolValue{}
 	for _, pool := range []string{"clusterip-ipv4", "nodeport"} {
@@ -578,11 +686,47 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 	require.Empty(t, lost, "acknowledged allocations lost")
 	require.Empty(t, kept, "acknowledged releases undone")
 	t.Logf("load: %d acknowledged allocations, %d acknowledged releases, %d values held", len(l.allocated), len(l.released), len(live))
+
+	// Services: each one not deleted is as its last answer said, and its
+	// values are held once; each deleted one is gone.
+	list, err := c.ListServices(ctxE(t), "up", client.Options{})
+	require.NoError(t, err, "list Services")
+	got := map[string]types.Service{}
+	for _, s := range list.Services {
+		got[s.Name] = s
+	}
+	for name, want := range l.services {
+		s, ok := got[name]
+		if l.deleted[name] {
+			assert.False(t, ok, "Service %s, whose delete was acknowledged, is listed", name)
+			continue
+		}
+		if !assert.True(t, ok, "Service %s, acknowledged and not deleted, is listed", name) {
+			continue
+		}
+		assert.Equal(t, want.ClusterIPs, s.ClusterIPs, "Service %s's clusterIPs", name)
+		assert.Equal(t, want.Ports, s.Ports, "Service %s's ports", name)
+		for _, ip := range s.ClusterIPs {
+			pv := poolValue{"clusterip-ipv4", ip}
+			assert.Contains(t, holder, pv, "Service %s's clusterIP %s is allocated", name, ip)
+			assert.NotContains(t, live, pv, "Service %s's clusterIP %s is also an allocation's", name, ip)
+		}
+		if np := s.Ports[0].NodePort; np != 0 {
+			pv := poolValue{"nodeport", fmt.Sprint(np)}
+			assert.Contains(t, holder, pv, "Service %s's node port %d is allocated", name, np)
+			assert.NotContains(t, live, pv, "Service %s's node port %d is also an allocation's", name, np)
+		}
+	}
+	assert.Len(t, got, len(l.services)-len(l.deleted), "Services listed: no Service the load did not acknowledge")
+	t.Logf("load: %d acknowledged Services, %d updates of them, %d deleted", len(l.services), l.updates, len(l.deleted))
 }
 
 // TestE2ERollingUpgrade upgrades a three-node cluster of the previous
 // release to this one, one node at a time, under a load of allocations and
-// releases through every node: first a follower (an old leader with a new
+// releases, and of Service creates, updates and deletes, through every
+// node (each update gives only the singular clusterIP, which from level 5
+// travels as put-service-v2, a kind the previous release cannot read):
+// first a follower (an old leader with a new
 // follower), then the leader (a new leader with an old follower), then the
 // last. With all three new, one is rolled back to the previous release and
 // must run; then it is upgraded again and the upgrade finalized. At every
