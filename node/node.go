@@ -107,8 +107,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(cfg.DataDir, logger); err != nil {
+		return nil, err
 	}
 	if err := checkBackupDir(cfg.BackupDir); err != nil {
 		return nil, err
@@ -333,10 +333,28 @@ func nodeID(cfg Config) (string, error) {
 	return id, nil
 }
 
-// writeFileSync writes a file and its directory entry durably.
+// privateDataDir creates the data dir readable by this user alone: its
+// log and snapshots hold every owner and Service. One that exists keeps
+// its mode (an operator chose it), with a warning when others may read it.
+func privateDataDir(dir string, logger hclog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		logger.Warn("data dir is readable by other users: its log and snapshots hold every allocation's owner",
+			"path", dir, "mode", fmt.Sprintf("%#o", perm), "fix", "chmod 700 "+dir)
+	}
+	return nil
+}
+
+// writeFileSync writes a file (0600) and its directory entry durably.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

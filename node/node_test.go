@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/service"
@@ -371,4 +372,46 @@ func TestCreatePoolRetryAnswersTheFirstAnswer(t *testing.T) {
 	assert.Equal(t, first, again)
 	_, err = n.Pool(ctx, Linearizable, "extra")
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodePoolNotFound}, "and creates nothing again")
+}
+
+// TestDataDirPrivate: a data dir the node creates is 0700 and the files it
+// writes there are 0600, since its snapshots and log hold every owner and
+// Service. A data dir an operator made readable to others is kept as it
+// is (the node does not change what it did not create), with a warning
+// that names it and the fix.
+func TestDataDirPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	n := openReady(t, testConfig(t, dir))
+	_, err := n.Allocate(context.Background(), "nodeport", "", "svc", 0, "")
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "a data dir the node creates is private")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	files := 0
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "%s: only the node's user reads it", e.Name())
+		files++
+	}
+	assert.GreaterOrEqual(t, files, 4, "node-id, cluster-id, log-store, state and the log store: %v", entries)
+
+	open := filepath.Join(t.TempDir(), "open")
+	require.NoError(t, os.Mkdir(open, 0o755))
+	require.NoError(t, os.Chmod(open, 0o755)) // whatever the umask
+	var logs bytes.Buffer
+	cfg := testConfig(t, open)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	openReady(t, cfg)
+	fi, err = os.Stat(open)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm(), "an operator's data dir keeps its mode")
+	assert.Contains(t, logs.String(), "data dir is readable by other users")
+	assert.Contains(t, logs.String(), "chmod 700 "+open)
 }

@@ -48,7 +48,7 @@ func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err 
 		return nil, err
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir(path, 0o755); err != nil {
+		if err := os.Mkdir(path, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
 		if err := syncDir(dir); err != nil {
