@@ -363,7 +363,10 @@ func (n *Node) serveRPC() {
 			if secure {
 				isMember := func() bool { m, _ := n.inConfiguration(peer); return m }
 				if !isMember() {
-					served = &budgetConn{Conn: conn, left: nonMemberReadBudget, isMember: isMember}
+					served = &budgetConn{Conn: conn, left: nonMemberReadBudget, isMember: isMember, spent: func() {
+						n.logger.Warn("forwarding RPC: closing a connection from a node that is not a member: it sent more than a newcomer may",
+							"peer", peer, "remote", conn.RemoteAddr().String(), "budget", nonMemberReadBudget)
+					}}
 				}
 			}
 			srv.ServeConn(served)
@@ -386,19 +389,26 @@ var errReadBudget = errors.New("forwarding RPC: a node that is not a member sent
 
 // budgetConn reads at most left bytes from a non-member's connection;
 // then, if the peer has become a member (a newcomer that joined, a
-// founder once the cluster is bootstrapped), without limit. net/rpc
+// founder once the cluster is bootstrapped), without limit. Else the
+// connection ends, and spent, if set, is called once to say so. net/rpc
 // reads a connection from one goroutine.
 type budgetConn struct {
 	net.Conn
 	left     int
 	isMember func() bool
+	spent    func()
 	lifted   bool
+	ended    bool
 }
 
 func (c *budgetConn) Read(p []byte) (int, error) {
 	if !c.lifted {
 		if c.left <= 0 {
 			if !c.isMember() {
+				if !c.ended && c.spent != nil {
+					c.spent()
+				}
+				c.ended = true
 				return 0, errReadBudget
 			}
 			c.lifted = true

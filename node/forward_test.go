@@ -165,8 +165,8 @@ func TestBudgetConn(t *testing.T) {
 		t.Run(fmt.Sprint("becomesMember=", becomes), func(t *testing.T) {
 			client, server := net.Pipe()
 			defer client.Close()
-			member := false
-			c := &budgetConn{Conn: server, left: 10, isMember: func() bool { return member }}
+			member, spent := false, 0
+			c := &budgetConn{Conn: server, left: 10, isMember: func() bool { return member }, spent: func() { spent++ }}
 			go func() { _, _ = client.Write(make([]byte, 25)) }()
 			buf := make([]byte, 64)
 			n, err := c.Read(buf)
@@ -177,10 +177,14 @@ func TestBudgetConn(t *testing.T) {
 			if !becomes {
 				assert.ErrorIs(t, err, errReadBudget)
 				assert.Zero(t, n)
+				_, err = c.Read(buf)
+				assert.ErrorIs(t, err, errReadBudget)
+				assert.Equal(t, 1, spent, "the end of the connection is reported once")
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, 15, n, "a member reads without limit")
+			assert.Zero(t, spent)
 		})
 	}
 }
