@@ -153,6 +153,17 @@ type Config struct {
 	BackupDir      string
 	BackupInterval time.Duration
 	BackupRetain   int
+
+	// RestoreFrom is a backup file a lone node (no Peers, no Join) without
+	// state founds its cluster from: Open restores it before it returns, so
+	// nothing is served from the empty state in between. A node with state
+	// ignores it, as it ignores Peers and Join.
+	RestoreFrom string
+	// FoundEmpty lets a lone node without state found an empty cluster
+	// although BackupDir holds backups. Without it (or RestoreFrom) such a
+	// node refuses to start: backups that outlived an empty data directory
+	// say this node's data was lost (see foundfrom.go).
+	FoundEmpty bool
 	// OnBackup, when set, is called after each scheduled backup with its
 	// result (for metrics).
 	OnBackup func(BackupResult)
@@ -218,6 +229,13 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Peers) > 0 && (len(c.Join) > 0 || c.JoinVia != nil) {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
+	}
+	if (c.RestoreFrom != "" || c.FoundEmpty) && !c.loneFounder() {
+		errs = append(errs, errors.New("RestoreFrom and FoundEmpty are for a node that founds a cluster alone, without Peers or Join "+
+			"(a cluster of several nodes is restored with a snapshot restore once it runs)"))
+	}
+	if c.RestoreFrom != "" && c.FoundEmpty {
+		errs = append(errs, errors.New("RestoreFrom and FoundEmpty exclude each other: found from a backup, or empty"))
 	}
 	seen := map[string]bool{}
 	self := false

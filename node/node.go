@@ -159,6 +159,16 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.loadClusterID(); err != nil {
 		return err
 	}
+	var foundFrom *fsm.Backup // the backup a lone node founds from, or finishes restoring
+	switch {
+	case disk.hasState:
+		foundFrom, err = n.pendingRestore()
+	case cfg.loneFounder():
+		foundFrom, err = n.prepareFounding()
+	}
+	if err != nil {
+		return err
+	}
 	// Raft's port opens once Raft runs (at once with state; without it,
 	// when takePart decides), so raftPeerAllowed always has n.raft.
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
@@ -216,6 +226,11 @@ func (n *Node) start(ctx context.Context) error {
 		}
 		n.mux.OpenRaft()
 		n.starting.Store(false)
+	}
+	if foundFrom != nil {
+		if err := n.restoreFounding(ctx, foundFrom); err != nil {
+			return err
+		}
 	}
 	n.startBackups()
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())

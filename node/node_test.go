@@ -105,6 +105,11 @@ func TestConfigValidate(t *testing.T) {
 		{"negative batch wait", func(c *Config) { c.BatchWait = -time.Millisecond }, "BatchWait is -1ms"},
 		{"long ID", func(c *Config) { c.ID = strings.Repeat("n", fsm.MaxMemberID+1) }, "ID is 129 bytes long; at most 128"},
 		{"long API address", func(c *Config) { c.APIAddr = strings.Repeat("a", fsm.MaxAddressLen+1) }, "APIAddr is 257 bytes long; at most 256"},
+		{"restore-from with join", func(c *Config) { c.RestoreFrom, c.Join = "b.snap", []string{"y"} }, "founds a cluster alone"},
+		{"found-empty with peers", func(c *Config) {
+			c.ID, c.FoundEmpty, c.Peers = "a", true, []Peer{{ID: "a", RaftAddr: "x"}}
+		}, "founds a cluster alone"},
+		{"restore-from and found-empty", func(c *Config) { c.RestoreFrom, c.FoundEmpty = "b.snap", true }, "exclude each other"},
 	}
 	require.NoError(t, base.Validate())
 	for _, tc := range cases {

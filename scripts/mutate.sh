@@ -87,6 +87,9 @@ singular-ip-folded-as-create | service/plan.go | s{&& old\.ClusterIPs\[0\] == ip
 singular-ip-folded-by-proposer | node/services.go | s{if spec\.ClusterIP == "" \|\| len}{if true || len} | ./test/ | ^TestServiceSingularClusterIP$
 v2-fingerprint-own | fsm/command.go | s{\tif r\.Kind == KindPutServiceV2 && r\.Service != nil && len}{\tif false && len} | ./fsm/ | ^TestPutServiceV2RetryAcrossRaise$
 restore-replaces-members | node/write.go | s{if err := b\.Remember\(id, fp\)\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Remember(id, fp).Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
+lone-node-founds-beside-backups | node/foundfrom.go | s{if cfg\.FoundEmpty \|\| cfg\.BackupDir == ""}{if true || cfg.BackupDir == ""} | ./node/ | ^TestLoneNodeLostDiskRefusesToFoundEmpty$
+founding-restore-forgotten | node/foundfrom.go | s{\tif n\.cfg\.RestoreFrom == "" \{\n\t\treturn nil, fmt\.Errorf\("refusing}{\tif n.cfg.RestoreFrom == "" \{\n\t\treturn nil, nil\n\t\treturn nil, fmt.Errorf("refusing} | ./node/ | ^TestLoneNodeFoundingInterrupted$
+restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \{\n\t\t\tn\.logger\.Info}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Info} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 EOF
 )
 

@@ -166,3 +166,48 @@ func TestE2EBackupFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestE2ELoneNodeLostDisk: the runbook of a single-node cluster whose data
+// directory was lost while its backup directory was not (OPERATIONS.md,
+// "A lost or replaced disk"). Started again with its usual flags it
+// refuses to found a new, empty cluster, naming the newest backup; started
+// with --restore-from that backup, it founds the cluster from it, and its
+// first answers already hold every allocation the backup holds.
+func TestE2ELoneNodeLostDisk(t *testing.T) {
+	bdir := filepath.Join(t.TempDir(), "backups")
+	ps := newProcsArgs(t, 1, "--backup-dir", bdir, "--backup-interval", "1s")
+	p := ps[0]
+	waitLeader(t, p)
+	var values []string
+	for i := 0; i < 5; i++ {
+		a, _, err := p.client().Allocate(ctxE(t), "nodeport", "", fmt.Sprintf("svc-%d", i), client.Options{})
+		require.NoError(t, err)
+		values = append(values, a.Value)
+	}
+	st, err := p.client().Cluster(ctxE(t))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, _, index := scheduledBackups(t, bdir)
+		return index >= st.AppliedIndex
+	}, 30*time.Second, 100*time.Millisecond, "a backup holds the allocations")
+	_, newest, _ := scheduledBackups(t, bdir)
+	p.kill9(t)
+	require.NoError(t, os.RemoveAll(p.dir), "the disk is lost")
+
+	p.start(t)
+	require.Error(t, p.cmd.Wait(), "refuses to start")
+	assert.Contains(t, p.log.String(), "this node's data was lost")
+	assert.Contains(t, p.log.String(), "--restore-from "+newest)
+
+	p.args = append(p.args, "--restore-from", newest)
+	p.start(t)
+	require.Eventually(t, func() bool {
+		_, err := p.client().Cluster(ctxE(t))
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the node serves")
+	for i, v := range values {
+		a, _, err := p.client().Get(ctxE(t), "nodeport", v, client.Options{})
+		require.NoError(t, err, "%s: restored before the API served", v)
+		assert.Equal(t, fmt.Sprintf("svc-%d", i), a.Owner)
+	}
+}

@@ -188,6 +188,8 @@ func TestE2ELifecycleFlags(t *testing.T) {
 		{[]string{"--cleanup-dead-after", "5s"}, "Error: --cleanup-dead-after 5s: want 0 (never) or at least 10s"},
 		{[]string{"--cleanup-dead-after", "-1s"}, "Error: --cleanup-dead-after -1s: want 0 (never) or at least 10s"},
 		{[]string{"--log-store", "rocks"}, `Error: --log-store "rocks": want "bolt" or "wal"`},
+		{[]string{"--restore-from", "b.snap", "--join", "127.0.0.1:1"}, "Error: --restore-from and --found-empty are for a node that founds a cluster alone"},
+		{[]string{"--found-empty", "--restore-from", "b.snap"}, "Error: --restore-from and --found-empty exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")

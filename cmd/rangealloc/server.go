@@ -68,13 +68,24 @@ A node refuses to start (exit status 1, "refusing to start: <file>: <why>")
 when its data cannot be trusted: its log store (raft.db, or wal/ with
 --log-store wal) lost, cut short or damaged, a damaged snapshot, a
 --log-store other than the one its data dir records, or an empty data
-directory while the node is a voter of an existing cluster. See docs/OPERATIONS.md for the way back.`,
+directory while the node is a voter of an existing cluster. See docs/OPERATIONS.md for the way back.
+
+A node alone (no --peers, no --join) with an empty data dir and a
+--backup-dir that holds backups refuses to start too: its data was lost,
+and a new, empty cluster would hand out values its clients hold. Start it
+with --restore-from FILE to found the cluster from a backup (restored
+before the API serves anything), or with --found-empty to found an empty
+one anyway. A node with state ignores both.`,
 		Example: `  # one node with the default pools
   rangealloc server
 
   # three nodes, each given the same --peers list
   rangealloc server --id n1 --data-dir d1 --http-addr 127.0.0.1:7080 --raft-addr 127.0.0.1:7081 \
     --peers n1=127.0.0.1:7081=127.0.0.1:7080,n2=127.0.0.1:7083=127.0.0.1:7082,n3=127.0.0.1:7085=127.0.0.1:7084
+
+  # one node whose data dir was lost: found it again from its newest backup
+  rangealloc server --backup-dir /var/lib/rangealloc-backups \
+    --restore-from /var/lib/rangealloc-backups/rangealloc-n1-20260301T120000.000Z-4711.snap
 
   # join a running cluster through any member (also: bring back a member that
   # lost its disk, after 'rangealloc cluster remove ID' and emptying its data dir)
@@ -125,6 +136,8 @@ directory while the node is a voter of an existing cluster. See docs/OPERATIONS.
 	fl.StringVar(&f.tuning.BackupDir, "backup-dir", "", "write a verified backup of this node's state to this directory every --backup-interval (default: no scheduled backups)")
 	fl.DurationVar(&f.tuning.BackupInterval, "backup-interval", f.tuning.BackupInterval, "how often to write a scheduled backup (1s or more)")
 	fl.IntVar(&f.tuning.BackupRetain, "backup-retain", f.tuning.BackupRetain, "how many of this node's scheduled backups to keep; older ones are deleted")
+	fl.StringVar(&f.tuning.RestoreFrom, "restore-from", "", "a node alone without state: found the cluster from this backup file, restored before the API serves (ignored with state)")
+	fl.BoolVar(&f.tuning.FoundEmpty, "found-empty", false, "a node alone without state: found an empty cluster although --backup-dir holds backups, which otherwise refuses to start (ignored with state)")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
 		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
@@ -278,6 +291,13 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	cfg.ServiceNetwork = serviceNetwork(pools)
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
+	if (cfg.RestoreFrom != "" || cfg.FoundEmpty) && (f.peers != "" || f.join != "") {
+		return fmt.Errorf("--restore-from and --found-empty are for a node that founds a cluster alone, not with --peers or --join: " +
+			"restore a cluster of several nodes with 'rangealloc snapshot restore' once it runs")
+	}
+	if cfg.RestoreFrom != "" && cfg.FoundEmpty {
+		return fmt.Errorf("--restore-from and --found-empty exclude each other: found from a backup, or empty")
+	}
 	if cfg.Nonvoter && f.join == "" {
 		return fmt.Errorf("--non-voter: only a node that joins with --join can stay a non-voter")
 	}

@@ -1,0 +1,173 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/rangealloc/rangealloc/fsm"
+)
+
+// A lone node (no Peers, no Join) with an empty data directory founds a
+// new cluster. That is right on a first start, and wrong after its disk
+// was lost: a new, empty cluster hands out values its clients still hold.
+// Nothing in an empty data directory tells the two apart, but a backup
+// directory that outlived the disk does. So a lone node without state
+// whose BackupDir holds backups refuses to found, unless told to found
+// from one of them (RestoreFrom) or to found empty anyway (FoundEmpty).
+//
+// Founding from a backup restores it before Open returns, so neither the
+// API nor an embedder sees the empty state in between. A crash between
+// the founding and the restore is covered by restorePendingFile, written
+// before the founding and removed after the restore: a node that finds it
+// restores again (the same request ID, so a restore that was applied is
+// not applied twice) or, without RestoreFrom, refuses to start.
+
+// restorePendingFile, in the data directory, names the backup a founding
+// restores (its fingerprint, then its path) until the restore is done.
+const restorePendingFile = "restore-pending"
+
+// loneFounder tells whether the node founds a cluster of its own when it
+// has no state.
+func (c *Config) loneFounder() bool {
+	return len(c.Peers) == 0 && len(c.Join) == 0 && c.JoinVia == nil
+}
+
+// prepareFounding runs before a lone node without state founds: it reads
+// the backup to found from, or refuses when the backup directory says
+// this node's data was lost. It returns the backup to restore, or nil.
+func (n *Node) prepareFounding() (*fsm.Backup, error) {
+	cfg := n.cfg
+	// A marker without state is a founding that never happened: this one
+	// decides anew.
+	if err := os.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove %s: %w", restorePendingFile, err)
+	}
+	if cfg.RestoreFrom != "" {
+		b, err := readBackupFile(cfg.RestoreFrom)
+		if err != nil {
+			return nil, err
+		}
+		pending := fmt.Sprintf("%016x %s\n", b.Fingerprint(), cfg.RestoreFrom)
+		if err := writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile), []byte(pending)); err != nil {
+			return nil, fmt.Errorf("keep %s: %w", restorePendingFile, err)
+		}
+		return b, nil
+	}
+	if cfg.FoundEmpty || cfg.BackupDir == "" {
+		return nil, nil
+	}
+	newest, count, err := newestBackup(cfg.BackupDir)
+	if err != nil || count == 0 {
+		return nil, err
+	}
+	return nil, fmt.Errorf("refusing to start: %s holds no state, but the backup directory %s holds %d backup(s), "+
+		"the newest %s: this node's data was lost, and a new, empty cluster would hand out values its clients hold. "+
+		"Start it with --restore-from %s to found the cluster from that backup (or name another), "+
+		"or with --found-empty to found an empty cluster anyway",
+		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest), newest)
+}
+
+// pendingRestore returns the backup a founding began to restore and did
+// not finish (restorePendingFile), for a node with state; nil if none.
+func (n *Node) pendingRestore() (*fsm.Backup, error) {
+	data, err := os.ReadFile(filepath.Join(n.cfg.DataDir, restorePendingFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if n.cfg.RestoreFrom != "" {
+			n.logger.Info("this node has state: --restore-from is ignored", "restore_from", n.cfg.RestoreFrom)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", restorePendingFile, err)
+	}
+	fp, path, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
+	if n.cfg.RestoreFrom == "" {
+		return nil, fmt.Errorf("refusing to start: %s: this node founded its cluster from the backup %s and stopped before "+
+			"restoring it; start it with --restore-from %s to finish", n.cfg.DataDir, path, path)
+	}
+	b, err := readBackupFile(n.cfg.RestoreFrom)
+	if err != nil {
+		return nil, err
+	}
+	if got := fmt.Sprintf("%016x", b.Fingerprint()); got != fp {
+		return nil, fmt.Errorf("refusing to start: --restore-from %s is not the backup this node founded its cluster from (%s); "+
+			"give that one", n.cfg.RestoreFrom, path)
+	}
+	return b, nil
+}
+
+// restoreFounding restores the backup a lone node founded from, then
+// forgets the founding. The request ID comes from the backup, so a retry
+// after a crash answers what the first restore did.
+func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
+	if err := n.WaitForLeader(ctx); err != nil {
+		return fmt.Errorf("found from %s: %w", n.cfg.RestoreFrom, err)
+	}
+	id := fmt.Sprintf("rangealloc:found-from-%016x", b.Fingerprint())
+	if err := n.restoreVia(ctx, b, id, b.Fingerprint()); err != nil {
+		return fmt.Errorf("found from %s: restore: %w", n.cfg.RestoreFrom, err)
+	}
+	if err := os.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
+		return fmt.Errorf("remove %s: %w", restorePendingFile, err)
+	}
+	if err := syncDir(n.cfg.DataDir); err != nil {
+		return err
+	}
+	n.logger.Info("founded the cluster from a backup", "backup", n.cfg.RestoreFrom, "cluster_id", n.ClusterID())
+	return nil
+}
+
+// readBackupFile reads and checks a backup file whole.
+func readBackupFile(path string) (*fsm.Backup, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--restore-from: %w", err)
+	}
+	defer f.Close()
+	b, err := fsm.ReadBackup(f)
+	if err != nil {
+		return nil, fmt.Errorf("--restore-from %s: %w: %w", path, ErrInvalidBackup, err)
+	}
+	return b, nil
+}
+
+// anyBackupName matches the name of a scheduled backup of any node:
+// rangealloc-<id>-<UTC time>-<index>.snap.
+var anyBackupName = regexp.MustCompile(`^rangealloc-(.+)-(\d{8}T\d{6}\.\d{3}Z)-(\d+)\.snap$`)
+
+// newestBackup returns the latest backup in dir by the time in its name,
+// of any node (of two at one time, the higher index), and how many there
+// are. Time, not index: a cluster founded from a backup counts its log
+// from the start again, so its backups have lower indexes than the older
+// ones it was founded from.
+func newestBackup(dir string) (string, int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", 0, fmt.Errorf("backup dir: %w", err)
+	}
+	var best, bestTime string
+	var bestIndex uint64
+	count := 0
+	for _, e := range entries {
+		m := anyBackupName.FindStringSubmatch(e.Name())
+		if m == nil || !e.Type().IsRegular() {
+			continue
+		}
+		index, err := strconv.ParseUint(m[3], 10, 64)
+		if err != nil {
+			continue
+		}
+		count++
+		// The time is fixed width: its strings sort as the times do.
+		if m[2] > bestTime || (m[2] == bestTime && index > bestIndex) {
+			best, bestTime, bestIndex = filepath.Join(dir, e.Name()), m[2], index
+		}
+	}
+	return best, count, nil
+}

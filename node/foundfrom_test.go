@@ -1,0 +1,188 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lostLoneNode runs a lone node with scheduled backups, allocates, waits
+// for a backup that holds every allocation, and then loses the node's
+// data directory. It returns the node's config, the allocations, and that
+// backup.
+func lostLoneNode(t *testing.T) (Config, []fsm.Allocation, string) {
+	t.Helper()
+	cfg := testConfig(t, filepath.Join(t.TempDir(), "data"))
+	cfg.BackupDir, cfg.BackupInterval, cfg.BackupRetain = filepath.Join(t.TempDir(), "backups"), time.Second, 3
+	results := make(chan BackupResult, 64)
+	cfg.OnBackup = func(r BackupResult) { results <- r }
+	n := openReady(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var acked []fsm.Allocation
+	for i := 0; i < 10; i++ {
+		a, err := n.Allocate(ctx, "nodeport", "", "svc", 0, "")
+		require.NoError(t, err)
+		acked = append(acked, a...)
+	}
+	applied := n.AppliedIndex()
+	var backup string
+	for backup == "" {
+		select {
+		case r := <-results:
+			require.NoError(t, r.Err)
+			if r.Index >= applied {
+				backup = r.Path
+			}
+		case <-ctx.Done():
+			t.Fatal("no backup holds the allocations")
+		}
+	}
+	require.NoError(t, n.Close())
+	require.NoError(t, os.RemoveAll(cfg.DataDir), "the disk is lost")
+	cfg.OnBackup = nil
+	return cfg, acked, backup
+}
+
+// TestLoneNodeLostDiskRefusesToFoundEmpty: a lone node whose data
+// directory was lost, while its backup directory was not, refuses to
+// found a new, empty cluster, which would hand out values its clients
+// hold. It names the newest backup and the ways out, and founds nothing.
+func TestLoneNodeLostDiskRefusesToFoundEmpty(t *testing.T) {
+	cfg, acked, backup := lostLoneNode(t)
+	newest, count, err := newestBackup(cfg.BackupDir)
+	require.NoError(t, err)
+	require.Positive(t, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = Open(ctx, cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refusing to start")
+	assert.Contains(t, err.Error(), "this node's data was lost")
+	assert.Contains(t, err.Error(), "--restore-from "+newest)
+	assert.Contains(t, err.Error(), "--found-empty")
+	assert.GreaterOrEqual(t, filepath.Base(newest), filepath.Base(backup), "the newest backup is named")
+
+	// Refused again: nothing was founded by the refusal.
+	_, err = Open(ctx, cfg)
+	require.ErrorContains(t, err, "this node's data was lost")
+
+	// --found-empty founds an empty cluster, as asked.
+	empty := cfg
+	empty.FoundEmpty = true
+	n := openReady(t, empty)
+	for _, a := range acked {
+		_, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.Error(t, err, "%s: an empty cluster", a.Value)
+	}
+}
+
+// TestLoneNodeFoundsFromBackup: with RestoreFrom, a lone node without
+// state founds its cluster from the backup, and Open returns only once
+// the backup is restored: the first read sees every allocation the backup
+// holds. A restart with the setting left in place restores nothing again.
+func TestLoneNodeFoundsFromBackup(t *testing.T) {
+	cfg, acked, backup := lostLoneNode(t)
+	cfg.RestoreFrom = backup
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	for _, a := range acked {
+		got, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s: restored before Open returned", a.Value)
+		assert.Equal(t, a.Owner, got.Owner)
+	}
+	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
+
+	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	n2, err := Open(ctx, cfg) // RestoreFrom still set, as a unit file would leave it
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n2.Close() })
+	require.NoError(t, n2.WaitForLeader(ctx))
+	for _, a := range append(acked, later...) {
+		_, err := n2.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s: a node with state does not restore again", a.Value)
+	}
+}
+
+// TestLoneNodeFoundingInterrupted: a node that founded its cluster from a
+// backup and stopped before the restore refuses to start without the
+// backup, and with it finishes the restore.
+func TestLoneNodeFoundingInterrupted(t *testing.T) {
+	cfg, acked, backup := lostLoneNode(t)
+	cfg.RestoreFrom = backup
+	// Stop the founding between the founding and the restore: the restore
+	// waits for a leader, which a lone node elects after its heartbeat
+	// timeout; the pending marker is written before the founding.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	founding, stop := context.WithCancel(ctx)
+	go func() {
+		for founding.Err() == nil {
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, markerFile)); err == nil {
+				stop()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	_, err := Open(founding, cfg)
+	require.Error(t, err, "the founding was stopped before its restore")
+	require.FileExists(t, filepath.Join(cfg.DataDir, restorePendingFile))
+
+	without := cfg
+	without.RestoreFrom = ""
+	_, err = Open(ctx, without)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "stopped before restoring it")
+	assert.Contains(t, err.Error(), "--restore-from "+backup)
+
+	other := filepath.Join(t.TempDir(), "other.snap")
+	var buf bytes.Buffer
+	require.NoError(t, fsm.New(hclog.NewNullLogger()).WriteBackup(&buf), "a valid backup of another state")
+	require.NoError(t, os.WriteFile(other, buf.Bytes(), 0o600))
+	wrong := cfg
+	wrong.RestoreFrom = other
+	_, err = Open(ctx, wrong)
+	require.ErrorContains(t, err, "is not the backup this node founded its cluster from")
+
+	n, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	for _, a := range acked {
+		_, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s: the restore finished", a.Value)
+	}
+	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestRestoreFromInvalid: a backup that is not one refuses to start,
+// naming the file, and founds nothing.
+func TestRestoreFromInvalid(t *testing.T) {
+	cfg, _, backup := lostLoneNode(t)
+	bad := filepath.Join(t.TempDir(), "bad.snap")
+	require.NoError(t, os.WriteFile(bad, []byte("not a backup"), 0o600))
+	cfg.RestoreFrom = bad
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Open(ctx, cfg)
+	require.ErrorIs(t, err, ErrInvalidBackup)
+	assert.Contains(t, err.Error(), bad)
+	cfg.RestoreFrom = backup
+	n := openReady(t, cfg)
+	require.NotEmpty(t, n.ClusterID())
+}
