@@ -63,6 +63,16 @@ func (b *Backup) Index() uint64 { return b.s.Index }
 // same request ID is the same request.
 func (b *Backup) Fingerprint() uint64 { return b.fp }
 
+// MemberIDs returns the IDs of the member table the backup holds (that
+// of the cluster it was taken of; a restore keeps the restoring one's).
+func (b *Backup) MemberIDs() []string {
+	ids := make([]string, len(b.s.Members))
+	for i, m := range b.s.Members {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
 // Remember returns the backup with request id, of fingerprint fp,
 // remembered as its newest request (in place of one of the same ID the
 // backup holds): a restore of it records its own request ID in the very

@@ -45,13 +45,25 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 	cfg := n.cfg
 	// A marker without state is a founding that never happened: this one
 	// decides anew.
-	if err := os.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	switch err := os.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); {
+	case err == nil:
+		if err := syncDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("remove %s: %w", restorePendingFile, err)
 	}
 	if cfg.RestoreFrom != "" {
 		b, err := readBackupFile(cfg.RestoreFrom)
 		if err != nil {
 			return nil, err
+		}
+		if err := notOlderThanBackups(cfg.RestoreFrom, cfg.BackupDir); err != nil {
+			return nil, err
+		}
+		if ids := b.MemberIDs(); len(ids) > 1 {
+			n.logger.Warn("founding a cluster of one from a backup of a cluster of several: if the others still run, "+
+				"there are now two clusters that hand out the same values", "backup", cfg.RestoreFrom, "members", ids)
 		}
 		pending := fmt.Sprintf("%016x %s\n", b.Fingerprint(), cfg.RestoreFrom)
 		if err := writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile), []byte(pending)); err != nil {
@@ -66,11 +78,40 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 	if err != nil || count == 0 {
 		return nil, err
 	}
-	return nil, fmt.Errorf("refusing to start: %s holds no state, but the backup directory %s holds %d backup(s), "+
-		"the newest %s: this node's data was lost, and a new, empty cluster would hand out values its clients hold. "+
-		"Start it with --restore-from %s to found the cluster from that backup (or name another), "+
-		"or with --found-empty to found an empty cluster anyway",
-		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest), newest)
+	lost := fmt.Sprintf("refusing to start: %s holds no state, but the backup directory %s holds %d backup(s), the newest %s: "+
+		"this node's data was lost, and a new, empty cluster would hand out values its clients hold.",
+		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest))
+	if b, err := readBackupFile(newest); err == nil && len(b.MemberIDs()) > 1 {
+		// Founding alone would make a second cluster beside the others.
+		return nil, fmt.Errorf("%s That backup is of a cluster of %d members (%s): if others still run, bring this node back "+
+			"as a new member (rangealloc cluster remove <its ID> through one of them, then start it with --join <a member's address>). "+
+			"If none is left, start it with --restore-from %s to found a cluster of one from that backup",
+			lost, len(b.MemberIDs()), strings.Join(b.MemberIDs(), ", "), newest)
+	}
+	return nil, fmt.Errorf("%s Start it with --restore-from %s to found the cluster from that backup (or name another), "+
+		"or with --found-empty to found an empty cluster anyway (its own backups then replace these: move them aside to keep them)",
+		lost, newest)
+}
+
+// notOlderThanBackups refuses a backup to found from when the backup
+// directory holds a newer one (by the time in their names): a
+// --restore-from left among a node's flags must not, after a second loss,
+// found the cluster from a backup older than what the node wrote since.
+// A file not named as a scheduled backup is taken as given.
+func notOlderThanBackups(file, dir string) error {
+	m := anyBackupName.FindStringSubmatch(filepath.Base(file))
+	if dir == "" || m == nil {
+		return nil
+	}
+	newest, _, err := newestBackup(dir)
+	if err != nil || newest == "" {
+		return err
+	}
+	if n := anyBackupName.FindStringSubmatch(filepath.Base(newest)); n != nil && n[2] > m[2] {
+		return fmt.Errorf("refusing to start: --restore-from %s: the backup directory holds a newer backup, %s; "+
+			"name that one (to found from an older backup on purpose, move the newer ones aside)", file, newest)
+	}
+	return nil
 }
 
 // pendingRestore returns the backup a founding began to restore and did
@@ -78,8 +119,10 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 func (n *Node) pendingRestore() (*fsm.Backup, error) {
 	data, err := os.ReadFile(filepath.Join(n.cfg.DataDir, restorePendingFile))
 	if errors.Is(err, os.ErrNotExist) {
-		if n.cfg.RestoreFrom != "" {
-			n.logger.Info("this node has state: --restore-from is ignored", "restore_from", n.cfg.RestoreFrom)
+		if n.cfg.RestoreFrom != "" || n.cfg.FoundEmpty {
+			n.logger.Warn("this node has state: --restore-from and --found-empty are ignored; remove them from its flags, "+
+				"or a later loss of this data dir founds the cluster from that backup, or empty, without a word",
+				"restore_from", n.cfg.RestoreFrom, "found_empty", n.cfg.FoundEmpty)
 		}
 		return nil, nil
 	}
@@ -89,7 +132,7 @@ func (n *Node) pendingRestore() (*fsm.Backup, error) {
 	fp, path, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
 	if n.cfg.RestoreFrom == "" {
 		return nil, fmt.Errorf("refusing to start: %s: this node founded its cluster from the backup %s and stopped before "+
-			"restoring it; start it with --restore-from %s to finish", n.cfg.DataDir, path, path)
+			"restoring it; start it alone (without --peers or --join) with --restore-from %s to finish", n.cfg.DataDir, path, path)
 	}
 	b, err := readBackupFile(n.cfg.RestoreFrom)
 	if err != nil {
@@ -106,13 +149,23 @@ func (n *Node) pendingRestore() (*fsm.Backup, error) {
 // forgets the founding. The request ID comes from the backup, so a retry
 // after a crash answers what the first restore did.
 func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
-	if err := n.WaitForLeader(ctx); err != nil {
-		return fmt.Errorf("found from %s: %w", n.cfg.RestoreFrom, err)
+	// The restore keeps the state's members, cluster ID and level: wait
+	// until the leader has written them (establish).
+	select {
+	case <-n.established:
+	case <-ctx.Done():
+		return fmt.Errorf("found from %s: %w: %v", n.cfg.RestoreFrom, ErrNoLeader, ctx.Err())
+	case <-n.shutdown:
+		return ErrClosed
 	}
 	id := fmt.Sprintf("rangealloc:found-from-%016x", b.Fingerprint())
 	if err := n.restoreVia(ctx, b, id, b.Fingerprint()); err != nil {
 		return fmt.Errorf("found from %s: restore: %w", n.cfg.RestoreFrom, err)
 	}
+	// A founding stopped before its restore may also have stopped before
+	// its level was raised (establish raises it only in the process that
+	// bootstrapped): finish that too.
+	n.raiseOnFounding(ctx)
 	if err := os.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
 		return fmt.Errorf("remove %s: %w", restorePendingFile, err)
 	}
@@ -143,9 +196,8 @@ var anyBackupName = regexp.MustCompile(`^rangealloc-(.+)-(\d{8}T\d{6}\.\d{3}Z)-(
 
 // newestBackup returns the latest backup in dir by the time in its name,
 // of any node (of two at one time, the higher index), and how many there
-// are. Time, not index: a cluster founded from a backup counts its log
-// from the start again, so its backups have lower indexes than the older
-// ones it was founded from.
+// are. Time, not index: a cluster founded empty (FoundEmpty) counts its
+// log from 1 again, so its backups have lower indexes than older ones.
 func newestBackup(dir string) (string, int, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

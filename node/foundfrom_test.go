@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -104,6 +105,7 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	}
 	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
+	requireFounded(t, n)
 
 	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
 	require.NoError(t, err)
@@ -116,6 +118,24 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 		_, err := n2.Get(ctx, Linearizable, a.Pool, a.Value)
 		require.NoError(t, err, "%s: a node with state does not restore again", a.Value)
 	}
+	require.NoError(t, n2.Close())
+
+	// A crash after the restore was applied and before the marker went:
+	// the restore is asked again under its request ID, and answered
+	// without restoring over what was written since.
+	b, err := readBackupFile(backup)
+	require.NoError(t, err)
+	require.NoError(t, writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile),
+		[]byte(fmt.Sprintf("%016x %s\n", b.Fingerprint(), backup))))
+	n3, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n3.Close() })
+	for _, a := range append(acked, later...) {
+		_, err := n3.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s: the restore is not applied twice", a.Value)
+	}
+	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
 }
 
 // TestLoneNodeFoundingInterrupted: a node that founded its cluster from a
@@ -139,13 +159,15 @@ func TestLoneNodeFoundingInterrupted(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	_, err := Open(founding, cfg)
-	require.Error(t, err, "the founding was stopped before its restore")
+	if n, err := Open(founding, cfg); err == nil {
+		_ = n.Close()
+		t.Fatal("the founding was not stopped between its bootstrap and its restore")
+	}
 	require.FileExists(t, filepath.Join(cfg.DataDir, restorePendingFile))
 
 	without := cfg
 	without.RestoreFrom = ""
-	_, err = Open(ctx, without)
+	_, err := Open(ctx, without)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "stopped before restoring it")
 	assert.Contains(t, err.Error(), "--restore-from "+backup)
@@ -166,6 +188,7 @@ func TestLoneNodeFoundingInterrupted(t *testing.T) {
 		_, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
 		require.NoError(t, err, "%s: the restore finished", a.Value)
 	}
+	requireFounded(t, n)
 	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
@@ -185,4 +208,40 @@ func TestRestoreFromInvalid(t *testing.T) {
 	cfg.RestoreFrom = backup
 	n := openReady(t, cfg)
 	require.NotEmpty(t, n.ClusterID())
+}
+
+// requireFounded: a cluster founded from a backup holds what a founding
+// writes (its ID, this node's member row, this release's level), which
+// the restore keeps.
+func requireFounded(t *testing.T, n *Node) {
+	t.Helper()
+	assert.NotEmpty(t, n.fsm.ClusterID(), "the replicated cluster ID")
+	assert.Equal(t, n.ClusterID(), n.fsm.ClusterID())
+	_, ok := n.fsm.Member(n.ID())
+	assert.True(t, ok, "this node's member row")
+	assert.Equal(t, fsm.MaxFeatureLevel, n.fsm.FeatureLevel(), "the founding's level")
+}
+
+// TestRestoreFromNotOlderThanBackups: a backup named to found from is
+// refused when the backup directory holds a newer one (a flag left in
+// place after an earlier founding, met by a second loss), by the time in
+// the names; the newest, or a file not named as a scheduled backup, is
+// taken.
+func TestRestoreFromNotOlderThanBackups(t *testing.T) {
+	dir := t.TempDir()
+	older := filepath.Join(dir, "rangealloc-n1-20260301T120000.000Z-4711.snap")
+	newer := filepath.Join(dir, "rangealloc-n1-20260302T120000.000Z-12.snap") // founded empty since: a lower index
+	for _, f := range []string{older, newer, filepath.Join(dir, "notes.txt")} {
+		require.NoError(t, os.WriteFile(f, nil, 0o600))
+	}
+	err := notOlderThanBackups(older, dir)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds a newer backup, "+newer)
+	assert.NoError(t, notOlderThanBackups(newer, dir))
+	assert.NoError(t, notOlderThanBackups(filepath.Join(t.TempDir(), "copy.snap"), dir))
+	assert.NoError(t, notOlderThanBackups(older, ""))
+	got, count, err := newestBackup(dir)
+	require.NoError(t, err)
+	assert.Equal(t, newer, got, "newest by time, not by index")
+	assert.Equal(t, 2, count)
 }

@@ -58,6 +58,11 @@ type Node struct {
 	// bootstrapped is true when this process created the cluster's initial
 	// configuration, so its first leadership creates cfg.Pools.
 	bootstrapped bool
+	// established is closed once the first establish of this process has
+	// run: a founding restore waits for it, so that the state it keeps
+	// (members, cluster ID, level) is the founding's.
+	established   chan struct{}
+	establishOnce sync.Once
 	// starting is true while a node without state has not yet founded or
 	// joined a cluster (membership.go); foundingReady once it has seen
 	// every peer without state.
@@ -124,7 +129,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
 		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
 		slots:  make(chan struct{}, cfg.MaxInflight),
-		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{}}
+		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		established: make(chan struct{})}
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
@@ -478,6 +484,7 @@ func (n *Node) leaderLoop() {
 
 // establish makes the replicated state hold what this node's configuration says.
 func (n *Node) establish() {
+	defer n.establishOnce.Do(func() { close(n.established) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go func() {

@@ -89,7 +89,8 @@ v2-fingerprint-own | fsm/command.go | s{\tif r\.Kind == KindPutServiceV2 && r\.S
 restore-replaces-members | node/write.go | s{if err := b\.Remember\(id, fp\)\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Remember(id, fp).Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
 lone-node-founds-beside-backups | node/foundfrom.go | s{if cfg\.FoundEmpty \|\| cfg\.BackupDir == ""}{if true || cfg.BackupDir == ""} | ./node/ | ^TestLoneNodeLostDiskRefusesToFoundEmpty$
 founding-restore-forgotten | node/foundfrom.go | s{\tif n\.cfg\.RestoreFrom == "" \{\n\t\treturn nil, fmt\.Errorf\("refusing}{\tif n.cfg.RestoreFrom == "" \{\n\t\treturn nil, nil\n\t\treturn nil, fmt.Errorf("refusing} | ./node/ | ^TestLoneNodeFoundingInterrupted$
-restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \{\n\t\t\tn\.logger\.Info}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Info} | ./node/ | ^TestLoneNodeFoundsFromBackup$
+restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \|\| n\.cfg\.FoundEmpty \{\n\t\t\tn\.logger\.Warn}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Warn} | ./node/ | ^TestLoneNodeFoundsFromBackup$
+founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangealloc:found-from-%016x", b\.Fingerprint\(\)\)}{id := drawRequestID()} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 EOF
 )
 
