@@ -95,29 +95,16 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	cfg.RestoreFrom = backup
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Open(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = n.Close() })
-	for _, a := range acked {
-		got, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
-		require.NoError(t, err, "%s: restored before Open returned", a.Value)
-		assert.Equal(t, a.Owner, got.Owner)
-	}
-	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
+	n := openHolding(ctx, t, cfg, acked, "restored before Open returned")
+	_, err := os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
 	requireFounded(t, n)
 
 	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
-	n2, err := Open(ctx, cfg) // RestoreFrom still set, as a unit file would leave it
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = n2.Close() })
-	require.NoError(t, n2.WaitForLeader(ctx))
-	for _, a := range append(acked, later...) {
-		_, err := n2.Get(ctx, Linearizable, a.Pool, a.Value)
-		require.NoError(t, err, "%s: a node with state does not restore again", a.Value)
-	}
+	// RestoreFrom still set, as a unit file would leave it.
+	n2 := openHolding(ctx, t, cfg, append(acked, later...), "a node with state does not restore again")
 	require.NoError(t, n2.Close())
 
 	// A crash after the restore was applied and before the marker went:
@@ -127,13 +114,7 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile),
 		[]byte(fmt.Sprintf("%016x %s\n", b.Fingerprint(), backup))))
-	n3, err := Open(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = n3.Close() })
-	for _, a := range append(acked, later...) {
-		_, err := n3.Get(ctx, Linearizable, a.Pool, a.Value)
-		require.NoError(t, err, "%s: the restore is not applied twice", a.Value)
-	}
+	openHolding(ctx, t, cfg, append(acked, later...), "the restore is not applied twice")
 	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
 }
@@ -181,13 +162,7 @@ func TestLoneNodeFoundingInterrupted(t *testing.T) {
 	_, err = Open(ctx, wrong)
 	require.ErrorContains(t, err, "is not the backup this node founded its cluster from")
 
-	n, err := Open(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = n.Close() })
-	for _, a := range acked {
-		_, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
-		require.NoError(t, err, "%s: the restore finished", a.Value)
-	}
+	n := openHolding(ctx, t, cfg, acked, "the restore finished")
 	requireFounded(t, n)
 	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist)
@@ -208,6 +183,21 @@ func TestRestoreFromInvalid(t *testing.T) {
 	cfg.RestoreFrom = backup
 	n := openReady(t, cfg)
 	require.NotEmpty(t, n.ClusterID())
+}
+
+// openHolding opens a node and requires it to hold every allocation of
+// acked, with its owner, from its first read.
+func openHolding(ctx context.Context, t *testing.T, cfg Config, acked []fsm.Allocation, why string) *Node {
+	t.Helper()
+	n, err := Open(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	for _, a := range acked {
+		got, err := n.Get(ctx, Linearizable, a.Pool, a.Value)
+		require.NoError(t, err, "%s: %s", a.Value, why)
+		assert.Equal(t, a.Owner, got.Owner, "%s: %s", a.Value, why)
+	}
+	return n
 }
 
 // requireFounded: a cluster founded from a backup holds what a founding
