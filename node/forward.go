@@ -438,8 +438,14 @@ type rpcService struct {
 
 // member refuses a caller that is not a member of the configuration: a
 // node with a certificate of the cluster's CA, but not (or no longer) in
-// the cluster, must not commit anything through it.
+// the cluster, must not commit anything through it. Every forwarded read
+// and write passes here first, so it also turns every caller away while
+// this node finishes founding its cluster from a backup: the restore
+// would replace what was written or read before it.
 func (s *rpcService) member() *wireErr {
+	if s.n.restoring.Load() {
+		return &wireErr{NotLeader: true, Msg: "founding its cluster from a backup: not serving yet"}
+	}
 	if !s.secure {
 		return nil // plain TCP: --insecure, or loopback only
 	}

@@ -172,6 +172,7 @@ func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	if err := syncDir(n.cfg.DataDir); err != nil {
 		return err
 	}
+	n.restoring.Store(false)
 	n.logger.Info("founded the cluster from a backup", "backup", n.cfg.RestoreFrom, "cluster_id", n.ClusterID())
 	return nil
 }
@@ -192,7 +193,7 @@ func readBackupFile(path string) (*fsm.Backup, error) {
 
 // anyBackupName matches the name of a scheduled backup of any node:
 // rangealloc-<id>-<UTC time>-<index>.snap.
-var anyBackupName = regexp.MustCompile(`^rangealloc-(.+)-(\d{8}T\d{6}\.\d{3}Z)-(\d+)\.snap$`)
+var anyBackupName = regexp.MustCompile(`^rangealloc-(.+)-` + strings.TrimPrefix(backupSuffix.String(), "^"))
 
 // newestBackup returns the latest backup in dir by the time in its name,
 // of any node (of two at one time, the higher index), and how many there

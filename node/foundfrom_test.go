@@ -99,6 +99,13 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	_, err := os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")
 	requireFounded(t, n)
+	svc := &rpcService{n: n}
+	assert.Nil(t, svc.member(), "forwarded calls are served once the founding is done")
+	n.restoring.Store(true) // as between the founding and the restore
+	e := svc.member()
+	require.NotNil(t, e, "no forwarded read or write reaches the state a founding restore replaces")
+	assert.True(t, e.NotLeader, "a refusal callers retry: nothing was applied")
+	n.restoring.Store(false)
 
 	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
 	require.NoError(t, err)
@@ -180,6 +187,10 @@ func TestRestoreFromInvalid(t *testing.T) {
 	_, err := Open(ctx, cfg)
 	require.ErrorIs(t, err, ErrInvalidBackup)
 	assert.Contains(t, err.Error(), bad)
+	cfg.RestoreFrom = filepath.Join(t.TempDir(), "missing.snap")
+	_, err = Open(ctx, cfg)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	assert.Contains(t, err.Error(), "--restore-from")
 	cfg.RestoreFrom = backup
 	n := openReady(t, cfg)
 	require.NotEmpty(t, n.ClusterID())

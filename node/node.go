@@ -67,6 +67,9 @@ type Node struct {
 	// joined a cluster (membership.go); foundingReady once it has seen
 	// every peer without state.
 	starting, foundingReady atomic.Bool
+	// restoring is true from before a lone node founds its cluster from a
+	// backup until the restore is done: forwarded calls are refused.
+	restoring atomic.Bool
 	// candidate is the cluster ID this founder offers its peers (a string).
 	candidate atomic.Value
 	// clusterID is the cluster's ID (a string), "" until learned; the
@@ -175,6 +178,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	n.restoring.Store(foundFrom != nil)
 	// Raft's port opens once Raft runs (at once with state; without it,
 	// when takePart decides), so raftPeerAllowed always has n.raft.
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
