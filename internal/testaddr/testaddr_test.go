@@ -2,6 +2,9 @@ package testaddr
 
 import (
 	"net"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -22,5 +25,29 @@ func TestLoopbackBelowEphemeralRange(t *testing.T) {
 			t.Fatalf("%s is not free: %v", addr, err)
 		}
 		l.Close()
+	}
+}
+
+// TestLoopbackClaimed checks that no two calls get the same port, and that
+// a port handed out is locked against another process: a second open of its
+// lock file (a separate open, as another test binary's would be) cannot
+// take the lock.
+func TestLoopbackClaimed(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 500 {
+		addr := Loopback(t)
+		if seen[addr] {
+			t.Fatalf("Loopback() handed out %s twice", addr)
+		}
+		seen[addr] = true
+	}
+	_, port, _ := net.SplitHostPort(Loopback(t))
+	f, err := os.Open(filepath.Join(os.TempDir(), "rangealloc-testaddr", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if lock(f) && runtime.GOOS != "windows" {
+		t.Fatalf("port %s: another open of its lock file took the lock", port)
 	}
 }
