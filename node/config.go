@@ -159,10 +159,11 @@ type Config struct {
 	// nothing is served from the empty state in between. A node with state
 	// ignores it, as it ignores Peers and Join.
 	RestoreFrom string
-	// FoundEmpty lets a lone node without state found an empty cluster
-	// although BackupDir holds backups. Without it (or RestoreFrom) such a
-	// node refuses to start: backups that outlived an empty data directory
-	// say this node's data was lost (see foundfrom.go).
+	// FoundEmpty lets a node without state found an empty cluster, alone
+	// or with Peers that all answer without state, although BackupDir holds
+	// backups. Without it (or, alone, RestoreFrom) such a node refuses to
+	// found: backups that outlived an empty data directory say this node's
+	// data was lost (see foundfrom.go).
 	FoundEmpty bool
 	// OnBackup, when set, is called after each scheduled backup with its
 	// result (for metrics).
@@ -230,9 +231,12 @@ func (c *Config) Validate() error {
 	if len(c.Peers) > 0 && (len(c.Join) > 0 || c.JoinVia != nil) {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
 	}
-	if (c.RestoreFrom != "" || c.FoundEmpty) && !c.loneFounder() {
-		errs = append(errs, errors.New("RestoreFrom and FoundEmpty are for a node that founds a cluster alone, without Peers or Join "+
-			"(a cluster of several nodes is restored with a snapshot restore once it runs)"))
+	if c.RestoreFrom != "" && !c.loneFounder() {
+		errs = append(errs, errors.New("RestoreFrom is for a node that founds a cluster alone, without Peers or Join "+
+			"(a cluster of several is founded from a backup by one node alone, the others joining it)"))
+	}
+	if c.FoundEmpty && (len(c.Join) > 0 || c.JoinVia != nil) {
+		errs = append(errs, errors.New("FoundEmpty is for a node that founds a cluster, alone or with Peers: a node that joins founds nothing"))
 	}
 	if c.RestoreFrom != "" && c.FoundEmpty {
 		errs = append(errs, errors.New("RestoreFrom and FoundEmpty exclude each other: found from a backup, or empty"))

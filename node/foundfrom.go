@@ -20,6 +20,9 @@ import (
 // directory that outlived the disk does. So a lone node without state
 // whose BackupDir holds backups refuses to found, unless told to found
 // from one of them (RestoreFrom) or to found empty anyway (FoundEmpty).
+// Founders with Peers do the same once every peer answered without state
+// (refuseLostCluster); they found from a backup by one of them founding
+// alone and the others joining it.
 //
 // Founding from a backup restores it before Open returns, so neither the
 // API nor an embedder sees the empty state in between. A crash between
@@ -91,6 +94,29 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 	return nil, fmt.Errorf("%s Start it with --restore-from %s to found the cluster from that backup (or name another), "+
 		"or with --found-empty to found an empty cluster anyway (its own backups then replace these: move them aside to keep them)",
 		lost, newest)
+}
+
+// refuseLostCluster runs when every peer of a founding (Peers) answered
+// without state, before this node says it is ready: that is a new
+// cluster, or one whose every data directory was lost, as after a whole
+// appliance was re-imaged. The backup directory tells them apart, as for
+// a lone node. A founding needs every peer ready, so one node that
+// refuses stops it.
+func (n *Node) refuseLostCluster() error {
+	cfg := n.cfg
+	if cfg.FoundEmpty || cfg.BackupDir == "" {
+		return nil
+	}
+	newest, count, err := newestBackup(cfg.BackupDir)
+	if err != nil || count == 0 {
+		return err
+	}
+	return fmt.Errorf("refusing to found the cluster: neither %s nor any peer holds state, but the backup directory %s holds %d backup(s), "+
+		"the newest %s: the cluster's data was lost on every node, and a new, empty cluster would hand out values its clients hold. "+
+		"Found the cluster from the newest backup of any node on one node: start that node alone (without --peers) with "+
+		"--restore-from <that backup>, then start the others with --join <its HTTP address> in place of --peers. "+
+		"Or start every node whose backup directory holds backups with --found-empty to found an empty cluster anyway",
+		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest))
 }
 
 // notOlderThanBackups refuses a backup to found from when the backup

@@ -155,6 +155,9 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			}
 		}
 		if !n.foundingReady.Load() && len(empty) == len(others) {
+			if err := n.refuseLostCluster(); err != nil {
+				return "", err
+			}
 			c := uuid.NewString()
 			if err := writeFileSync(marker, []byte(c+"\n")); err != nil {
 				return "", fmt.Errorf("write %s: %w", marker, err)

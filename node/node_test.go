@@ -106,9 +106,10 @@ func TestConfigValidate(t *testing.T) {
 		{"long ID", func(c *Config) { c.ID = strings.Repeat("n", fsm.MaxMemberID+1) }, "ID is 129 bytes long; at most 128"},
 		{"long API address", func(c *Config) { c.APIAddr = strings.Repeat("a", fsm.MaxAddressLen+1) }, "APIAddr is 257 bytes long; at most 256"},
 		{"restore-from with join", func(c *Config) { c.RestoreFrom, c.Join = "b.snap", []string{"y"} }, "founds a cluster alone"},
-		{"found-empty with peers", func(c *Config) {
-			c.ID, c.FoundEmpty, c.Peers = "a", true, []Peer{{ID: "a", RaftAddr: "x"}}
+		{"restore-from with peers", func(c *Config) {
+			c.ID, c.RestoreFrom, c.Peers = "a", "b.snap", []Peer{{ID: "a", RaftAddr: "x"}}
 		}, "founds a cluster alone"},
+		{"found-empty with join", func(c *Config) { c.FoundEmpty, c.Join = true, []string{"y"} }, "a node that joins founds nothing"},
 		{"restore-from and found-empty", func(c *Config) { c.RestoreFrom, c.FoundEmpty = "b.snap", true }, "exclude each other"},
 	}
 	require.NoError(t, base.Validate())

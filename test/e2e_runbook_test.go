@@ -188,7 +188,9 @@ func TestE2ELifecycleFlags(t *testing.T) {
 		{[]string{"--cleanup-dead-after", "5s"}, "Error: --cleanup-dead-after 5s: want 0 (never) or at least 10s"},
 		{[]string{"--cleanup-dead-after", "-1s"}, "Error: --cleanup-dead-after -1s: want 0 (never) or at least 10s"},
 		{[]string{"--log-store", "rocks"}, `Error: --log-store "rocks": want "bolt" or "wal"`},
-		{[]string{"--restore-from", "b.snap", "--join", "127.0.0.1:1"}, "Error: --restore-from and --found-empty are for a node that founds a cluster alone"},
+		{[]string{"--restore-from", "b.snap", "--join", "127.0.0.1:1"}, "Error: --restore-from is for a node that founds a cluster alone"},
+		{[]string{"--restore-from", "b.snap", "--peers", "n1=127.0.0.1:1=127.0.0.1:2"}, "Error: --restore-from is for a node that founds a cluster alone"},
+		{[]string{"--found-empty", "--join", "127.0.0.1:1"}, "Error: --found-empty is for a node that founds a cluster (alone or with --peers)"},
 		{[]string{"--found-empty", "--restore-from", "b.snap"}, "Error: --restore-from and --found-empty exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

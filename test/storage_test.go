@@ -352,3 +352,126 @@ func TestLoneFlagsOnAVoterWarn(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeClusterLost is a re-imaged three-node appliance: every data
+// directory lost, every backup directory kept. Started with their usual
+// --peers, the nodes see no state anywhere, which is also what a new
+// cluster looks like; the backups say otherwise, and no node founds a new,
+// empty cluster, which would hand out the values its clients hold. Then
+// the runbook: one node founds the cluster alone from the newest backup,
+// the others join it, and every acknowledged value keeps its owner.
+func TestWholeClusterLost(t *testing.T) {
+	bdir := t.TempDir()
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.BackupDir, cfg.BackupInterval = filepath.Join(bdir, cfg.ID), time.Second
+	}})
+	l := waitPools(t, c)
+	ctx := ctxT(t, 90*time.Second)
+	acked := map[string]string{}
+	for i := 0; i < 20; i++ {
+		owner := fmt.Sprintf("acked-%d", i)
+		got, err := l.Node.Allocate(ctx, "ip", "", owner, 0, owner)
+		require.NoError(t, err)
+		acked[got[0].Value] = owner
+	}
+	applied := l.Node.AppliedIndex()
+	require.Eventually(t, func() bool {
+		for _, m := range c.Members {
+			if _, _, index := scheduledBackups(t, c.Config(m.Index).BackupDir); index < applied {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "every node's backups hold the allocations")
+	for _, m := range c.Members {
+		c.Kill(m.Index)
+		c.Wipe(m.Index)
+	}
+
+	errs := make(chan error, len(c.Members))
+	for _, m := range c.Members {
+		go func() { errs <- c.TryStart(m.Index) }()
+	}
+	said := 0
+	for range c.Members {
+		err := <-errs
+		require.Error(t, err, "no node founds a cluster")
+		if strings.Contains(err.Error(), "the cluster's data was lost on every node") {
+			said++
+		}
+	}
+	assert.Positive(t, said, "a node says why")
+
+	_, newest, _ := scheduledBackups(t, c.Config(0).BackupDir)
+	cfg := c.Config(0)
+	cfg.Peers, cfg.RestoreFrom = nil, newest
+	c.SetConfig(0, cfg)
+	c.Start(0)
+	for _, i := range []int{1, 2} {
+		cfg := c.Config(i)
+		cfg.Peers, cfg.Join = nil, []string{c.Members[0].Addr}
+		c.SetConfig(i, cfg)
+		c.Start(i)
+	}
+	require.Eventually(t, func() bool {
+		st, err := c.Members[0].Node.Cluster()
+		if err != nil {
+			return false
+		}
+		voters := 0
+		for _, m := range st.Members {
+			if m.Voter {
+				voters++
+			}
+		}
+		return voters == 3
+	}, 30*time.Second, 50*time.Millisecond, "the two who joined are promoted")
+	nl := c.Leader()
+	for v, owner := range acked {
+		got, err := nl.Node.Get(ctx, node.Linearizable, "ip", v)
+		require.NoError(t, err, "acknowledged %s", v)
+		assert.Equal(t, owner, got.Owner, "acknowledged %s", v)
+	}
+	for i := 0; i < 20; i++ {
+		got, err := c.Members[i%3].Node.Allocate(ctx, "ip", "", "after", 0, "")
+		require.NoError(t, err)
+		assert.NotContains(t, acked, got[0].Value, "a value acknowledged before the loss is not handed out again")
+	}
+}
+
+// TestWholeClusterFoundsEmptyOnPurpose: --found-empty on every node whose
+// backup directory holds backups founds a new, empty cluster from those
+// backups' machines (a cluster put to a new use).
+func TestWholeClusterFoundsEmptyOnPurpose(t *testing.T) {
+	bdir := t.TempDir()
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.BackupDir, cfg.BackupInterval = filepath.Join(bdir, cfg.ID), time.Second
+	}})
+	l := waitPools(t, c)
+	old := l.Node.ClusterID()
+	require.Eventually(t, func() bool {
+		_, _, index := scheduledBackups(t, c.Config(0).BackupDir)
+		return index > 0
+	}, 30*time.Second, 100*time.Millisecond, "n0 took a backup")
+	for _, m := range c.Members {
+		c.Kill(m.Index)
+		c.Wipe(m.Index)
+	}
+	cfg := c.Config(0)
+	cfg.FoundEmpty = true
+	c.SetConfig(0, cfg)
+	for _, i := range []int{1, 2} { // no backups of their own: they found as any new node does
+		cfg := c.Config(i)
+		cfg.BackupDir = filepath.Join(t.TempDir(), "empty")
+		c.SetConfig(i, cfg)
+	}
+	errs := make(chan error, len(c.Members))
+	for _, m := range c.Members {
+		go func() { errs <- c.TryStart(m.Index) }()
+	}
+	for range c.Members {
+		require.NoError(t, <-errs)
+	}
+	nl := waitPools(t, c)
+	assert.NotEqual(t, old, nl.Node.ClusterID(), "a new cluster")
+}

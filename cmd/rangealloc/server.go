@@ -75,7 +75,10 @@ A node alone (no --peers, no --join) with an empty data dir and a
 and a new, empty cluster would hand out values its clients hold. Start it
 with --restore-from FILE to found the cluster from a backup (restored
 before the API serves anything), or with --found-empty to found an empty
-one anyway. A node with state ignores both.`,
+one anyway. A node with state ignores both. Nodes with --peers do the same
+when no peer holds state either (every disk lost): found the cluster from a
+backup on one node alone, then start the others with --join; or give each
+node whose --backup-dir holds backups --found-empty.`,
 		Example: `  # one node with the default pools
   rangealloc server
 
@@ -137,7 +140,7 @@ one anyway. A node with state ignores both.`,
 	fl.DurationVar(&f.tuning.BackupInterval, "backup-interval", f.tuning.BackupInterval, "how often to write a scheduled backup (1s or more)")
 	fl.IntVar(&f.tuning.BackupRetain, "backup-retain", f.tuning.BackupRetain, "how many of this node's scheduled backups to keep; older ones are deleted")
 	fl.StringVar(&f.tuning.RestoreFrom, "restore-from", "", "a node alone without state: found the cluster from this backup file, restored before the API serves (ignored with state)")
-	fl.BoolVar(&f.tuning.FoundEmpty, "found-empty", false, "a node alone without state: found an empty cluster although --backup-dir holds backups, which otherwise refuses to start (ignored with state)")
+	fl.BoolVar(&f.tuning.FoundEmpty, "found-empty", false, "a node without state, alone or with --peers: found an empty cluster although --backup-dir holds backups, which otherwise refuses to found (ignored with state)")
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
 		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
@@ -291,9 +294,12 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
 	cfg.ServiceNetwork = serviceNetwork(pools)
 	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
-	if (cfg.RestoreFrom != "" || cfg.FoundEmpty) && (f.peers != "" || f.join != "") {
-		return fmt.Errorf("--restore-from and --found-empty are for a node that founds a cluster alone, not with --peers or --join: " +
-			"restore a cluster of several nodes with 'rangealloc snapshot restore' once it runs")
+	if cfg.RestoreFrom != "" && (f.peers != "" || f.join != "") {
+		return fmt.Errorf("--restore-from is for a node that founds a cluster alone, not with --peers or --join: " +
+			"found a cluster of several from a backup on one node alone, then start the others with --join")
+	}
+	if cfg.FoundEmpty && f.join != "" {
+		return fmt.Errorf("--found-empty is for a node that founds a cluster (alone or with --peers): a node that joins with --join founds nothing")
 	}
 	if cfg.RestoreFrom != "" && cfg.FoundEmpty {
 		return fmt.Errorf("--restore-from and --found-empty exclude each other: found from a backup, or empty")
