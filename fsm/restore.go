@@ -58,6 +58,9 @@ func (hr hashReader) Read(p []byte) (int, error) {
 // Index returns the log index the backup was taken at.
 func (b *Backup) Index() uint64 { return b.s.Index }
 
+// ClusterID returns the ID of the cluster the backup was taken of.
+func (b *Backup) ClusterID() string { return b.s.ClusterID }
+
 // Fingerprint identifies the backup's bytes, as a request's fingerprint
 // identifies a write: a restore retried with the same backup under the
 // same request ID is the same request.

@@ -61,7 +61,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := notOlderThanBackups(cfg.RestoreFrom, cfg.BackupDir); err != nil {
+		if err := notOlderThanBackups(cfg.RestoreFrom, b, cfg.BackupDir); err != nil {
 			return nil, err
 		}
 		if ids := b.MemberIDs(); len(ids) > 1 {
@@ -86,14 +86,14 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest))
 	if b, err := readBackupFile(newest); err == nil && len(b.MemberIDs()) > 1 {
 		// Founding alone would make a second cluster beside the others.
-		return nil, fmt.Errorf("%s That backup is of a cluster of %d members (%s): if others still run, bring this node back "+
+		return nil, &lostError{fmt.Sprintf("%s That backup is of a cluster of %d members (%s): if others still run, bring this node back "+
 			"as a new member (rangealloc cluster remove <its ID> through one of them, then start it with --join <a member's address>). "+
 			"If none is left, start it with --restore-from %s to found a cluster of one from that backup",
-			lost, len(b.MemberIDs()), strings.Join(b.MemberIDs(), ", "), newest)
+			lost, len(b.MemberIDs()), strings.Join(b.MemberIDs(), ", "), newest)}
 	}
-	return nil, fmt.Errorf("%s Start it with --restore-from %s to found the cluster from that backup (or name another), "+
+	return nil, &lostError{fmt.Sprintf("%s Start it with --restore-from %s to found the cluster from that backup (or name another), "+
 		"or with --found-empty to found an empty cluster anyway (its own backups then replace these: move them aside to keep them)",
-		lost, newest)
+		lost, newest)}
 }
 
 // refuseLostCluster runs when every peer of a founding (Peers) answered
@@ -111,20 +111,37 @@ func (n *Node) refuseLostCluster() error {
 	if err != nil || count == 0 {
 		return err
 	}
-	return fmt.Errorf("refusing to found the cluster: neither %s nor any peer holds state, but the backup directory %s holds %d backup(s), "+
-		"the newest %s: the cluster's data was lost on every node, and a new, empty cluster would hand out values its clients hold. "+
-		"Found the cluster from the newest backup of any node on one node: start that node alone (without --peers) with "+
-		"--restore-from <that backup>, then start the others with --join <its HTTP address> in place of --peers. "+
+	return &lostError{fmt.Sprintf("refusing to found the cluster: neither %s nor any peer holds state, but the backup directory %s "+
+		"holds %d backup(s), the newest %s: the cluster's data was lost on every node, and a new, empty cluster would hand out values "+
+		"its clients hold. Stop every node. Of the newest backups of all nodes, pick the one with the highest index (the number "+
+		"before .snap: a node that lagged writes backups as recent that hold less); start the node that has it alone, without "+
+		"--peers, with --restore-from <that backup>; then start the others with --join <its HTTP address> in place of --peers. "+
 		"Or start every node whose backup directory holds backups with --found-empty to found an empty cluster anyway",
-		cfg.DataDir, cfg.BackupDir, count, filepath.Base(newest))
+		cfg.DataDir, cfg.BackupDir, count, newest)}
 }
 
-// notOlderThanBackups refuses a backup to found from when the backup
-// directory holds a newer one (by the time in their names): a
-// --restore-from left among a node's flags must not, after a second loss,
-// found the cluster from a backup older than what the node wrote since.
-// A file not named as a scheduled backup is taken as given.
-func notOlderThanBackups(file, dir string) error {
+// ErrLostBesideBackups matches the refusal of a node without state to
+// found a cluster while its backup directory holds backups: its data, or
+// its whole cluster's, was lost (see prepareFounding, refuseLostCluster).
+var ErrLostBesideBackups = errors.New("no state, but the backup directory holds backups")
+
+type lostError struct{ msg string }
+
+func (e *lostError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrLostBesideBackups) hold.
+func (e *lostError) Is(target error) bool { return target == ErrLostBesideBackups }
+
+// notOlderThanBackups refuses a backup b (read from file) to found from
+// when the backup directory holds a newer one: a --restore-from left
+// among a node's flags must not, after a second loss, found the cluster
+// from a backup older than what the node wrote since. Newer is by the
+// time in the names, unless the directory's newest is of b's cluster and
+// holds no more than b (its index no higher): a backup another node of
+// the cluster took, chosen for its index, may be named earlier than this
+// node's own last backups, written while it lagged. A file not named as a
+// scheduled backup is taken as given.
+func notOlderThanBackups(file string, b *fsm.Backup, dir string) error {
 	m := anyBackupName.FindStringSubmatch(filepath.Base(file))
 	if dir == "" || m == nil {
 		return nil
@@ -133,11 +150,15 @@ func notOlderThanBackups(file, dir string) error {
 	if err != nil || newest == "" {
 		return err
 	}
-	if n := anyBackupName.FindStringSubmatch(filepath.Base(newest)); n != nil && n[2] > m[2] {
-		return fmt.Errorf("refusing to start: --restore-from %s: the backup directory holds a newer backup, %s; "+
-			"name that one (to found from an older backup on purpose, move the newer ones aside)", file, newest)
+	n := anyBackupName.FindStringSubmatch(filepath.Base(newest))
+	if n == nil || n[2] <= m[2] {
+		return nil
 	}
-	return nil
+	if nb, err := readBackupFile(newest); err == nil && nb.ClusterID() == b.ClusterID() && nb.Index() <= b.Index() {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: --restore-from %s: the backup directory holds a newer backup, %s; "+
+		"name that one (to found from an older backup on purpose, move the newer ones aside)", file, newest)
 }
 
 // pendingRestore returns the backup a founding began to restore and did

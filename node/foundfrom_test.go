@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/snapshot"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -226,23 +227,76 @@ func requireFounded(t *testing.T, n *Node) {
 // TestRestoreFromNotOlderThanBackups: a backup named to found from is
 // refused when the backup directory holds a newer one (a flag left in
 // place after an earlier founding, met by a second loss), by the time in
-// the names; the newest, or a file not named as a scheduled backup, is
-// taken.
+// the names, unless that newer one is of the same cluster and holds no
+// more (a node that lagged, whose later backups hold less than another
+// node's earlier one); the newest, or a file not named as a scheduled
+// backup, is taken.
 func TestRestoreFromNotOlderThanBackups(t *testing.T) {
 	dir := t.TempDir()
-	older := filepath.Join(dir, "rangealloc-n1-20260301T120000.000Z-4711.snap")
-	newer := filepath.Join(dir, "rangealloc-n1-20260302T120000.000Z-12.snap") // founded empty since: a lower index
-	for _, f := range []string{older, newer, filepath.Join(dir, "notes.txt")} {
-		require.NoError(t, os.WriteFile(f, nil, 0o600))
+	write := func(name, cluster string, index uint64) (string, *fsm.Backup) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		var buf bytes.Buffer
+		require.NoError(t, snapshot.Write(&buf, &snapshot.State{Index: index, Term: 1, ClusterID: cluster}))
+		require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
+		b, err := readBackupFile(path)
+		require.NoError(t, err)
+		return path, b
 	}
-	err := notOlderThanBackups(older, dir)
+	x, y := "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	older, ob := write("rangealloc-n1-20260301T120000.000Z-4711.snap", x, 4711)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600))
+	assert.NoError(t, notOlderThanBackups(older, ob, dir), "the newest itself")
+
+	// Written by the same node later, while it lagged: same cluster, less.
+	lagging, lb := write("rangealloc-n1-20260301T130000.000Z-4000.snap", x, 4000)
+	assert.NoError(t, notOlderThanBackups(older, ob, dir), "a later backup of the same cluster holding less")
+	assert.NoError(t, notOlderThanBackups(lagging, lb, dir))
+
+	// Founded again since (a new cluster, counting from 1).
+	newer, nb := write("rangealloc-n1-20260302T120000.000Z-12.snap", y, 12)
+	err := notOlderThanBackups(older, ob, dir)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "holds a newer backup, "+newer)
-	assert.NoError(t, notOlderThanBackups(newer, dir))
-	assert.NoError(t, notOlderThanBackups(filepath.Join(t.TempDir(), "copy.snap"), dir))
-	assert.NoError(t, notOlderThanBackups(older, ""))
+	assert.NoError(t, notOlderThanBackups(newer, nb, dir))
+	assert.NoError(t, notOlderThanBackups(filepath.Join(t.TempDir(), "copy.snap"), ob, dir))
+	assert.NoError(t, notOlderThanBackups(older, ob, ""))
 	got, count, err := newestBackup(dir)
 	require.NoError(t, err)
 	assert.Equal(t, newer, got, "newest by time, not by index")
-	assert.Equal(t, 2, count)
+	assert.Equal(t, 3, count)
+
+	// The same cluster, holding more than the file named.
+	more, _ := write("rangealloc-n1-20260303T120000.000Z-13.snap", y, 13)
+	err = notOlderThanBackups(newer, nb, dir)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds a newer backup, "+more)
+}
+
+// TestLoneNodeLostDiskSteersClusterBackupToJoin: a lone node without state
+// whose newest backup is of a cluster of several (it was the first node of
+// a cluster grown with joins, started without --join) refuses to found, and
+// its message sends the operator to --join first: founding alone from that
+// backup while the others run would make a second cluster beside theirs.
+func TestLoneNodeLostDiskSteersClusterBackupToJoin(t *testing.T) {
+	nodes, _ := threeNodesOf(t, "")
+	require.Eventually(t, func() bool { return len(nodes[0].LocalState().Members()) == 3 },
+		10*time.Second, 20*time.Millisecond, "every founder has its member row")
+	var b bytes.Buffer
+	require.NoError(t, nodes[0].fsm.WriteBackup(&b))
+	bdir := t.TempDir()
+	name := fmt.Sprintf("rangealloc-a-20260301T120000.000Z-%d.snap", nodes[0].AppliedIndex())
+	require.NoError(t, os.WriteFile(filepath.Join(bdir, name), b.Bytes(), 0o600))
+
+	cfg := testConfig(t, filepath.Join(t.TempDir(), "data"))
+	cfg.ID, cfg.BackupDir = "a", bdir
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Open(ctx, cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "this node's data was lost")
+	assert.Contains(t, err.Error(), "That backup is of a cluster of 3 members (a, b, c)")
+	assert.Contains(t, err.Error(), "start it with --join")
+	assert.Contains(t, err.Error(), "If none is left, start it with --restore-from "+filepath.Join(bdir, name))
+	assert.NoFileExists(t, filepath.Join(cfg.DataDir, clusterFile), "nothing founded")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -142,6 +143,13 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			case r.reply.ID != r.peer.ID:
 				waiting[r.peer.ID] = fmt.Sprintf("the node at %s is %q, not %q", r.peer.RaftAddr, r.reply.ID, r.peer.ID)
 			case r.reply.HasState && !n.foundingReady.Load():
+				return "", n.refuseFounding(r.peer, r.reply)
+			case r.reply.HasState && !slices.Contains(r.reply.Voters, n.id):
+				// Not the cluster this founding made, which has every
+				// founder a voter: one founded since by other means (a
+				// peer founded alone from a backup, say). Taking its ID
+				// and bootstrapping the founders' voter set would let
+				// the others, empty, elect a leader of their own under it.
 				return "", n.refuseFounding(r.peer, r.reply)
 			case r.reply.HasState:
 				empty[r.peer.ID], ready[r.peer.ID] = true, true

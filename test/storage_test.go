@@ -354,19 +354,26 @@ func TestLoneFlagsOnAVoterWarn(t *testing.T) {
 }
 
 // TestWholeClusterLost is a re-imaged three-node appliance: every data
-// directory lost, every backup directory kept. Started with their usual
-// --peers, the nodes see no state anywhere, which is also what a new
-// cluster looks like; the backups say otherwise, and no node founds a new,
-// empty cluster, which would hand out the values its clients hold. Then
-// the runbook: one node founds the cluster alone from the newest backup,
-// the others join it, and every acknowledged value keeps its owner.
+// directory lost, n0's backup directory kept (n1 and n2 kept none).
+// Started with their usual --peers, the nodes see no state anywhere,
+// which is also what a new cluster looks like; n0's backups say
+// otherwise, and no node founds a new, empty cluster, which would hand out
+// the values its clients hold. Then the runbook: n0 founds the cluster
+// alone from its newest backup. n1 and n2, restarted with --peers before
+// their flags were changed (n2 said ready to found before), refuse: taking
+// n0's cluster for the one their founding made, they would bootstrap its
+// voter set and, two of three, elect a leader of an empty log. With
+// --join they become members, and every acknowledged value keeps its
+// owner.
 func TestWholeClusterLost(t *testing.T) {
 	bdir := t.TempDir()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
-		cfg.BackupDir, cfg.BackupInterval = filepath.Join(bdir, cfg.ID), time.Second
+		if cfg.ID == "n0" {
+			cfg.BackupDir, cfg.BackupInterval = filepath.Join(bdir, cfg.ID), time.Second
+		}
 	}})
 	l := waitPools(t, c)
-	ctx := ctxT(t, 90*time.Second)
+	ctx := ctxT(t, 120*time.Second)
 	acked := map[string]string{}
 	for i := 0; i < 20; i++ {
 		owner := fmt.Sprintf("acked-%d", i)
@@ -375,38 +382,41 @@ func TestWholeClusterLost(t *testing.T) {
 		acked[got[0].Value] = owner
 	}
 	applied := l.Node.AppliedIndex()
+	var newest string
 	require.Eventually(t, func() bool {
-		for _, m := range c.Members {
-			if _, _, index := scheduledBackups(t, c.Config(m.Index).BackupDir); index < applied {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 100*time.Millisecond, "every node's backups hold the allocations")
+		var index uint64
+		_, newest, index = scheduledBackups(t, c.Config(0).BackupDir)
+		return index >= applied
+	}, 30*time.Second, 100*time.Millisecond, "n0's backups hold the allocations")
 	for _, m := range c.Members {
 		c.Kill(m.Index)
 		c.Wipe(m.Index)
 	}
 
-	errs := make(chan error, len(c.Members))
-	for _, m := range c.Members {
-		go func() { errs <- c.TryStart(m.Index) }()
+	errs := c.TryStartAll(0, 1, 2)
+	require.ErrorIs(t, errs[0], node.ErrLostBesideBackups, "n0 refuses to found")
+	assert.Contains(t, errs[0].Error(), "the cluster's data was lost on every node")
+	assert.Contains(t, errs[0].Error(), newest)
+	for _, err := range errs[1:] {
+		require.ErrorContains(t, err, "still waiting for peers", "n1 and n2 wait for n0")
 	}
-	said := 0
-	for range c.Members {
-		err := <-errs
-		require.Error(t, err, "no node founds a cluster")
-		if strings.Contains(err.Error(), "the cluster's data was lost on every node") {
-			said++
-		}
-	}
-	assert.Positive(t, said, "a node says why")
 
-	_, newest, _ := scheduledBackups(t, c.Config(0).BackupDir)
 	cfg := c.Config(0)
 	cfg.Peers, cfg.RestoreFrom = nil, newest
 	c.SetConfig(0, cfg)
 	c.Start(0)
+	// n1 and n2 may have seen n0 without state before it refused, and said
+	// they were ready: make sure both did (their founding markers, which a
+	// ready founder keeps), the case where two empty founders are a
+	// majority of the voter set they would bootstrap.
+	for _, i := range []int{1, 2} {
+		marker := filepath.Join(c.Members[i].DataDir, "founding")
+		require.NoError(t, os.WriteFile(marker, []byte("33333333-3333-4333-8333-33333333333"+fmt.Sprint(i)+"\n"), 0o600))
+	}
+	for i, err := range c.TryStartAll(1, 2) {
+		require.Error(t, err, "n%d, restarted with --peers, founds nothing", i+1)
+		assert.Contains(t, err.Error(), "is not one of its voters: start it with --join", "n%d", i+1)
+	}
 	for _, i := range []int{1, 2} {
 		cfg := c.Config(i)
 		cfg.Peers, cfg.Join = nil, []string{c.Members[0].Addr}
@@ -439,9 +449,9 @@ func TestWholeClusterLost(t *testing.T) {
 	}
 }
 
-// TestWholeClusterFoundsEmptyOnPurpose: --found-empty on every node whose
-// backup directory holds backups founds a new, empty cluster from those
-// backups' machines (a cluster put to a new use).
+// TestWholeClusterFoundsEmptyOnPurpose: with --found-empty, the nodes of
+// a cluster whose every data directory was lost, backups kept, found a
+// new, empty cluster (the machines put to a new use).
 func TestWholeClusterFoundsEmptyOnPurpose(t *testing.T) {
 	bdir := t.TempDir()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
@@ -449,29 +459,32 @@ func TestWholeClusterFoundsEmptyOnPurpose(t *testing.T) {
 	}})
 	l := waitPools(t, c)
 	old := l.Node.ClusterID()
+	got, err := l.Node.Allocate(ctxT(t, 10*time.Second), "ip", "", "old", 0, "")
+	require.NoError(t, err)
+	applied := l.Node.AppliedIndex()
 	require.Eventually(t, func() bool {
-		_, _, index := scheduledBackups(t, c.Config(0).BackupDir)
-		return index > 0
-	}, 30*time.Second, 100*time.Millisecond, "n0 took a backup")
+		for _, m := range c.Members {
+			if _, _, index := scheduledBackups(t, c.Config(m.Index).BackupDir); index < applied {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "every node took a backup")
 	for _, m := range c.Members {
 		c.Kill(m.Index)
 		c.Wipe(m.Index)
+		cfg := c.Config(m.Index)
+		cfg.FoundEmpty = true
+		c.SetConfig(m.Index, cfg)
 	}
-	cfg := c.Config(0)
-	cfg.FoundEmpty = true
-	c.SetConfig(0, cfg)
-	for _, i := range []int{1, 2} { // no backups of their own: they found as any new node does
-		cfg := c.Config(i)
-		cfg.BackupDir = filepath.Join(t.TempDir(), "empty")
-		c.SetConfig(i, cfg)
-	}
-	errs := make(chan error, len(c.Members))
-	for _, m := range c.Members {
-		go func() { errs <- c.TryStart(m.Index) }()
-	}
-	for range c.Members {
-		require.NoError(t, <-errs)
+	for _, err := range c.TryStartAll(0, 1, 2) {
+		require.NoError(t, err)
 	}
 	nl := waitPools(t, c)
 	assert.NotEqual(t, old, nl.Node.ClusterID(), "a new cluster")
+	_, err = nl.Node.Get(ctxT(t, 10*time.Second), node.Linearizable, "ip", got[0].Value)
+	require.Error(t, err, "the new cluster is empty")
+	var fe *fsm.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, fsm.CodeNotAllocated, fe.Code)
 }

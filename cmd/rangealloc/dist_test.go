@@ -76,6 +76,11 @@ func TestUnitFlags(t *testing.T) {
 		if name == "data-dir" || name == "backup-dir" {
 			assert.Contains(t, writable, value, "--%s %s must be in ReadWritePaths", name, value)
 		}
+		if name == "backup-dir" {
+			// An unmounted backup disk would look like no backups, and a node
+			// whose data dir was lost would found an empty cluster.
+			assert.Contains(t, keys["RequiresMountsFor"], value, "--backup-dir %s must be in RequiresMountsFor", value)
+		}
 	}
 	assert.Equal(t, []string{"/etc/rangealloc/rangealloc.env"}, keys["EnvironmentFile"])
 	assert.Equal(t, []string{"simple"}, keys["Type"], "the server does not speak sd_notify")

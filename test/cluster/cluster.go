@@ -263,7 +263,7 @@ func (c *Cluster) open(m *Member) error {
 			m.Node = n
 			return nil
 		}
-		if errors.Is(err, node.ErrStorage) || ctx.Err() != nil {
+		if errors.Is(err, node.ErrStorage) || errors.Is(err, node.ErrLostBesideBackups) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -278,6 +278,27 @@ func (c *Cluster) TryStart(i int) error {
 	m := c.Members[i]
 	require.Nil(c.t, m.Node, "node %s is running", m.ID)
 	return c.open(m)
+}
+
+// TryStartAll opens the nodes of members idx together, as founders must
+// start (each waits for the others), and returns each Open's error in
+// the order of idx. A node that starts is kept running.
+func (c *Cluster) TryStartAll(idx ...int) []error {
+	c.t.Helper()
+	for _, i := range idx {
+		require.Nil(c.t, c.Members[i].Node, "node %s is running", c.Members[i].ID)
+	}
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for k, i := range idx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = c.open(c.Members[i])
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // Config returns member i's configuration, for a test to change before
