@@ -136,11 +136,12 @@ func (e *lostError) Is(target error) bool { return target == ErrLostBesideBackup
 // when the backup directory holds a newer one: a --restore-from left
 // among a node's flags must not, after a second loss, found the cluster
 // from a backup older than what the node wrote since. Newer is by the
-// time in the names, unless the directory's newest is of b's cluster and
-// holds no more than b (its index no higher): a backup another node of
-// the cluster took, chosen for its index, may be named earlier than this
-// node's own last backups, written while it lagged. A file not named as a
-// scheduled backup is taken as given.
+// time in the names, unless the directory's newest is of b's cluster (a
+// named one: backups from before cluster IDs all share "") and holds no
+// more than b (its index no higher): a backup another node of the
+// cluster took, chosen for its index, may be named earlier than this
+// node's own last backups, written while it lagged. A file not named as
+// a scheduled backup is taken as given.
 func notOlderThanBackups(file string, b *fsm.Backup, dir string) error {
 	m := anyBackupName.FindStringSubmatch(filepath.Base(file))
 	if dir == "" || m == nil {
@@ -154,7 +155,7 @@ func notOlderThanBackups(file string, b *fsm.Backup, dir string) error {
 	if n == nil || n[2] <= m[2] {
 		return nil
 	}
-	if nb, err := readBackupFile(newest); err == nil && nb.ClusterID() == b.ClusterID() && nb.Index() <= b.Index() {
+	if nb, err := readBackupFile(newest); err == nil && b.ClusterID() != "" && nb.ClusterID() == b.ClusterID() && nb.Index() <= b.Index() {
 		return nil
 	}
 	return fmt.Errorf("refusing to start: --restore-from %s: the backup directory holds a newer backup, %s; "+

@@ -271,6 +271,12 @@ func TestRestoreFromNotOlderThanBackups(t *testing.T) {
 	err = notOlderThanBackups(newer, nb, dir)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "holds a newer backup, "+more)
+
+	// Backups without a cluster ID are not taken for one cluster's.
+	dir = t.TempDir()
+	unnamed, ub := write("rangealloc-n1-20260301T120000.000Z-50.snap", "", 50)
+	write("rangealloc-n1-20260302T120000.000Z-10.snap", "", 10)
+	require.ErrorContains(t, notOlderThanBackups(unnamed, ub, dir), "holds a newer backup")
 }
 
 // TestLoneNodeLostDiskSteersClusterBackupToJoin: a lone node without state

@@ -70,7 +70,12 @@ const probeTimeout = 2 * time.Second
 func (n *Node) takePart(ctx context.Context) error {
 	switch {
 	case len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil:
-		return n.join(ctx)
+		if err := n.join(ctx); err != nil {
+			return err
+		}
+		// A founding marker from an earlier start with Peers (a founding
+		// that never happened) must not outlive the join, as below.
+		return removeFoundingMarker(n.cfg.DataDir)
 	case len(n.cfg.Peers) > 0:
 		id, err := n.found(ctx)
 		if err != nil {
@@ -94,7 +99,12 @@ func (n *Node) takePart(ctx context.Context) error {
 	}
 	// the log store holds state now, and says so; a founding marker left behind
 	// would let a later, partly emptied directory skip the questions.
-	if err := os.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return removeFoundingMarker(n.cfg.DataDir)
+}
+
+// removeFoundingMarker removes the founding marker from dir, if there.
+func removeFoundingMarker(dir string) error {
+	if err := os.Remove(filepath.Join(dir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", foundingFile, err)
 	}
 	return nil
@@ -121,8 +131,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 	marker := filepath.Join(n.cfg.DataDir, foundingFile)
 	if b, err := os.ReadFile(marker); err == nil {
 		if c := strings.TrimSpace(string(b)); fsm.ValidateClusterID(c) == nil {
-			n.candidate.Store(c)
-			n.foundingReady.Store(true)
+			n.offerCandidate(c)
 		}
 	}
 	var others []Peer
@@ -154,7 +163,9 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			case r.reply.HasState:
 				empty[r.peer.ID], ready[r.peer.ID] = true, true
 				existing = max(existing, r.reply.ClusterID)
-			case r.reply.Ready:
+			case r.reply.Ready && r.reply.Candidate != "":
+				// (A peer ready without a candidate would be one whose
+				// offer was read half-made: its candidate must count.)
 				empty[r.peer.ID], ready[r.peer.ID] = true, true
 				candidates[r.peer.ID] = r.reply.Candidate
 			default:
@@ -170,8 +181,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			if err := writeFileSync(marker, []byte(c+"\n")); err != nil {
 				return "", fmt.Errorf("write %s: %w", marker, err)
 			}
-			n.candidate.Store(c)
-			n.foundingReady.Store(true)
+			n.offerCandidate(c)
 			n.logger.Info("every peer answered without state; ready to found the cluster")
 			continue
 		}
@@ -195,6 +205,25 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("founding the cluster: still waiting for peers %s: %w", waitingList(waiting), err)
 		}
 	}
+}
+
+// offerCandidate makes this founder ready, offering c as the cluster's
+// ID: the candidate is stored before the readiness, and foundingOffer
+// reads them in the other order, so that a peer told "ready" is told the
+// candidate too. Told "ready" with no candidate, a peer would leave this
+// one's out of the least it takes, and the founders could bootstrap under
+// two cluster IDs, each refusing the other's handshake.
+func (n *Node) offerCandidate(c string) {
+	n.candidate.Store(c)
+	n.foundingReady.Store(true)
+}
+
+// foundingOffer returns whether this founder is ready and its candidate
+// (see offerCandidate).
+func (n *Node) foundingOffer() (bool, string) {
+	ready := n.foundingReady.Load()
+	candidate, _ := n.candidate.Load().(string)
+	return ready, candidate
 }
 
 func waitingList(w map[string]string) string {
@@ -276,12 +305,12 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 
 // probeReply describes this node.
 func (n *Node) probeReply() *wire.ProbeReply {
-	candidate, _ := n.candidate.Load().(string)
+	ready, candidate := n.foundingOffer()
 	// A leader says it leads only once it has applied an entry of its
 	// term: before, its commit index may be below what the leader before
 	// it committed, and a follower that had applied less would take that
 	// as its word and say it is ready (followLoop).
-	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: n.foundingReady.Load(), Candidate: candidate,
+	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: ready, Candidate: candidate,
 		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader() && n.ready.Load()}
 	r.LastIndex = n.raft.LastIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {

@@ -224,8 +224,8 @@ func (n *Node) start(ctx context.Context) error {
 		// A founding marker left by a crash between bootstrap and its
 		// removal (takePart) would let this directory, once emptied, skip
 		// the questions that refuse a lost voter.
-		if err := os.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove %s: %w", foundingFile, err)
+		if err := removeFoundingMarker(n.cfg.DataDir); err != nil {
+			return err
 		}
 		n.mux.OpenRaft()
 		n.warnLoneFounder()

@@ -422,6 +422,8 @@ func TestWholeClusterLost(t *testing.T) {
 		cfg.Peers, cfg.Join = nil, []string{c.Members[0].Addr}
 		c.SetConfig(i, cfg)
 		c.Start(i)
+		assert.NoFileExists(t, filepath.Join(c.Members[i].DataDir, "founding"),
+			"n%d: a founding marker outliving the join would skip the questions after a later loss", i)
 	}
 	require.Eventually(t, func() bool {
 		st, err := c.Members[0].Node.Cluster()
