@@ -50,6 +50,21 @@ func serviceCluster(t *testing.T, n int, tune ...func(*node.Config)) (*cluster.C
 		sn, err := clients[0].ServiceNetwork(ctx, client.Options{})
 		return err == nil && len(sn.IPFamilies) == 2
 	}, 10*time.Second, 20*time.Millisecond, "the leader sets the configured service network")
+	// A new cluster starts at feature level 1, and its first leader raises
+	// it after the service network: the tests are of the raised level's
+	// rules, which every node decides by the level it applied.
+	level := fsm.MaxFeatureLevel
+	if l := c.Config(0).MaxFeatureLevel; l > 0 {
+		level = l
+	}
+	require.Eventually(t, func() bool {
+		for _, m := range c.Members {
+			if m.Node.LocalState().FeatureLevel() != level {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "every node applied feature level %d", level)
 	return c, clients
 }
 
