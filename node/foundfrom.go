@@ -48,13 +48,8 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 	cfg := n.cfg
 	// A marker without state is a founding that never happened: this one
 	// decides anew.
-	switch err := os.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); {
-	case err == nil:
-		if err := syncDir(cfg.DataDir); err != nil {
-			return nil, err
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("remove %s: %w", restorePendingFile, err)
+	if err := removeFileSync(cfg.DataDir, restorePendingFile); err != nil {
+		return nil, err
 	}
 	if cfg.RestoreFrom != "" {
 		b, err := readBackupFile(cfg.RestoreFrom)
@@ -74,10 +69,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 		}
 		return b, nil
 	}
-	if cfg.FoundEmpty || cfg.BackupDir == "" {
-		return nil, nil
-	}
-	newest, count, err := newestBackup(cfg.BackupDir)
+	newest, count, err := cfg.backupsSayLost()
 	if err != nil || count == 0 {
 		return nil, err
 	}
@@ -104,10 +96,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 // refuses stops it.
 func (n *Node) refuseLostCluster() error {
 	cfg := n.cfg
-	if cfg.FoundEmpty || cfg.BackupDir == "" {
-		return nil
-	}
-	newest, count, err := newestBackup(cfg.BackupDir)
+	newest, count, err := cfg.backupsSayLost()
 	if err != nil || count == 0 {
 		return err
 	}
@@ -118,6 +107,17 @@ func (n *Node) refuseLostCluster() error {
 		"--peers, with --restore-from <that backup>; then start the others with --join <its HTTP address> in place of --peers. "+
 		"Or start every node whose backup directory holds backups with --found-empty to found an empty cluster anyway",
 		cfg.DataDir, cfg.BackupDir, count, newest)}
+}
+
+// backupsSayLost returns the newest backup in BackupDir and how many it
+// holds, for a node without state about to found: backups say its data
+// was lost. None (0) when FoundEmpty says to found anyway, or without a
+// BackupDir.
+func (c *Config) backupsSayLost() (string, int, error) {
+	if c.FoundEmpty || c.BackupDir == "" {
+		return "", 0, nil
+	}
+	return newestBackup(c.BackupDir)
 }
 
 // ErrLostBesideBackups matches the refusal of a node without state to
@@ -214,10 +214,7 @@ func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	// its level was raised (establish raises it only in the process that
 	// bootstrapped): finish that too.
 	n.raiseOnFounding(ctx)
-	if err := os.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
-		return fmt.Errorf("remove %s: %w", restorePendingFile, err)
-	}
-	if err := syncDir(n.cfg.DataDir); err != nil {
+	if err := removeFileSync(n.cfg.DataDir, restorePendingFile); err != nil {
 		return err
 	}
 	n.restoring.Store(false)

@@ -75,7 +75,7 @@ func (n *Node) takePart(ctx context.Context) error {
 		}
 		// A founding marker from an earlier start with Peers (a founding
 		// that never happened) must not outlive the join, as below.
-		return removeFoundingMarker(n.cfg.DataDir)
+		return removeFileSync(n.cfg.DataDir, foundingFile)
 	case len(n.cfg.Peers) > 0:
 		id, err := n.found(ctx)
 		if err != nil {
@@ -99,15 +99,7 @@ func (n *Node) takePart(ctx context.Context) error {
 	}
 	// the log store holds state now, and says so; a founding marker left behind
 	// would let a later, partly emptied directory skip the questions.
-	return removeFoundingMarker(n.cfg.DataDir)
-}
-
-// removeFoundingMarker removes the founding marker from dir, if there.
-func removeFoundingMarker(dir string) error {
-	if err := os.Remove(filepath.Join(dir, foundingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", foundingFile, err)
-	}
-	return nil
+	return removeFileSync(n.cfg.DataDir, foundingFile)
 }
 
 // keepClusterID makes id this node's cluster ID, in memory and in the

@@ -224,7 +224,7 @@ func (n *Node) start(ctx context.Context) error {
 		// A founding marker left by a crash between bootstrap and its
 		// removal (takePart) would let this directory, once emptied, skip
 		// the questions that refuse a lost voter.
-		if err := removeFoundingMarker(n.cfg.DataDir); err != nil {
+		if err := removeFileSync(n.cfg.DataDir, foundingFile); err != nil {
 			return err
 		}
 		n.mux.OpenRaft()
@@ -374,6 +374,19 @@ func privateDataDir(dir string, logger hclog.Logger) error {
 			"path", dir, "mode", fmt.Sprintf("%#o", perm), "fix", "chmod 700 "+dir)
 	}
 	return nil
+}
+
+// removeFileSync removes name from dir, if there, and makes the removal
+// durable: a marker that came back after a power cut would say again what
+// it said.
+func removeFileSync(dir, name string) error {
+	switch err := os.Remove(filepath.Join(dir, name)); {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return syncDir(dir)
 }
 
 // writeFileSync writes a file (0600) and its directory entry durably.
