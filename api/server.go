@@ -279,6 +279,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		writeBody(w, wire.AllocationListSize(&v), func(b []byte) []byte { return wire.AppendAllocationList(b, &v) })
 	case TxnResults:
 		writeBody(w, wire.TxnResultsSize(&v), func(b []byte) []byte { return wire.AppendTxnResults(b, &v) })
+	case Allocation: // the answer of every single allocation and read
+		writeBody(w, wire.AllocationSize(&v), func(b []byte) []byte { return wire.AppendAllocation(b, &v) })
 	default:
 		_ = json.NewEncoder(w).Encode(v)
 	}
@@ -356,10 +358,18 @@ func decodeBody(body []byte, v any, optional bool) error {
 	if optional && len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	// A transaction in the plain form it takes on the wire decodes without
-	// reflection; anything else, valid or not, goes to encoding/json.
-	if tr, ok := v.(*TxnRequest); ok && tr.Ops == nil && wire.DecodeTxnRequest(body, tr) {
-		return nil
+	// A transaction or an allocation in the plain form it takes on the
+	// wire decodes without reflection; anything else, valid or not, goes
+	// to encoding/json.
+	switch v := v.(type) {
+	case *TxnRequest:
+		if v.Ops == nil && wire.DecodeTxnRequest(body, v) {
+			return nil
+		}
+	case *AllocateRequest:
+		if *v == (AllocateRequest{}) && wire.DecodeAllocateRequest(body, v) {
+			return nil
+		}
 	}
 	return decodeStrict(body, v)
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestWriteJSONBulkAnswers: the hand-written answers are what json.Encoder
-// wrote for them.
+// TestWriteJSONBulkAnswers: the hand-written answers (bulk and single
+// allocations) are what json.Encoder wrote for them.
 func TestWriteJSONBulkAnswers(t *testing.T) {
 	next := "10.96.0.3"
 	as := []Allocation{{Pool: "p", Value: "10.96.0.1", Owner: "<o&\"\u2028>", Band: "dynamic", Mode: "static", Revision: 1 << 63},
@@ -24,6 +24,8 @@ func TestWriteJSONBulkAnswers(t *testing.T) {
 		{"list nil", AllocationList{}},
 		{"results", TxnResults{Results: as}},
 		{"results empty", TxnResults{Results: []Allocation{}}},
+		{"allocation", as[0]},
+		{"allocation zero", Allocation{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var want bytes.Buffer
@@ -54,6 +56,25 @@ func TestDecodeBodyTxnRequest(t *testing.T) {
 		t.Run(body, func(t *testing.T) {
 			var got, want TxnRequest
 			gotErr, wantErr := decodeBody([]byte(body), &got, false), strict([]byte(body), &want)
+			assert.Equal(t, want, got)
+			assert.Equal(t, wantErr, gotErr)
+		})
+	}
+}
+
+// TestDecodeBodyAllocateRequest: an allocate request decodes, or is
+// refused with the same message, as the strict json.Decoder did before
+// the fast path.
+func TestDecodeBodyAllocateRequest(t *testing.T) {
+	for _, body := range []string{
+		`{"owner":"default/web"}`, `{"value":"10.96.0.10","owner":"kube-system/kube-dns"}`, ` {"owner":"o","count":4096} `,
+		`{}`, `{"count":0}`, `{"count":-1}`, `{"count":1.5}`, `{"count":99999999999999999999}`, `{"count":null}`,
+		`{"owner":"o","bogus":1}`, `{"Owner":"o"}`, `{"owner":"o","owner":"p"}`, `{"owner":"o"} {}`, `{"owner":"o"}]`,
+		`{"owner":7}`, `{"owner":"a\u0062"}`, `{"owner":"o"`, ``, `null`, `[]`, `"o"`,
+	} {
+		t.Run(body, func(t *testing.T) {
+			var got, want AllocateRequest
+			gotErr, wantErr := decodeBody([]byte(body), &got, false), decodeStrict([]byte(body), &want)
 			assert.Equal(t, want, got)
 			assert.Equal(t, wantErr, gotErr)
 		})

@@ -149,6 +149,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, hdr 
 		if err := json.Unmarshal(data, out); err != nil {
 			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
 		}
+	case *types.Allocation:
+		if *o == (types.Allocation{}) && wire.DecodeAllocation(data, o) {
+			return meta, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
+		}
 	default:
 		if err := json.Unmarshal(data, out); err != nil {
 			return meta, fmt.Errorf("decode %s %s answer: %w", method, path, err)
@@ -164,6 +171,9 @@ var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledRead = 4 << 20
 
 func jsonBody(v any) io.Reader {
+	if r, ok := v.(types.AllocateRequest); ok { // every allocation's: without reflection
+		return bytes.NewReader(wire.AppendAllocateRequest(make([]byte, 0, 64+len(r.Value)+len(r.Owner)), &r))
+	}
 	b, _ := json.Marshal(v)
 	return bytes.NewReader(b)
 }

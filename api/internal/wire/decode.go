@@ -1,6 +1,10 @@
 package wire
 
-import "github.com/rangealloc/rangealloc/api/types"
+import (
+	"math"
+
+	"github.com/rangealloc/rangealloc/api/types"
+)
 
 // scanner reads the plain JSON the decoders accept. Every method reports
 // false, leaving the scanner anywhere, for input outside that form.
@@ -260,6 +264,58 @@ func DecodeTxnResults(data []byte, dst *types.TxnResults) bool {
 			if as, ok := s.allocations(); ok {
 				r.Results = as
 				return 1
+			}
+		}
+		return 0
+	}) && s.end()
+	if ok {
+		*dst = r
+	}
+	return ok
+}
+
+// DecodeAllocation decodes data into *dst, which must be zero, as
+// json.Unmarshal would; false, leaving *dst as it was, when data is
+// outside the plain form and must go to json.Unmarshal.
+func DecodeAllocation(data []byte, dst *types.Allocation) bool {
+	var a types.Allocation
+	s := scanner{b: data}
+	vs := values{spans: make([][2]int, 1)}
+	if !s.allocation(&a, &types.Allocation{}, &vs) || !s.end() {
+		return false
+	}
+	vs.each(func(_ int, v string) { a.Value = v })
+	*dst = a
+	return true
+}
+
+// DecodeAllocateRequest decodes data into *dst, which must be zero, as a
+// json.Decoder with DisallowUnknownFields decodes a body that holds one
+// object; false, leaving *dst as it was, when data is outside the plain
+// form (a negative count among it) and must go to encoding/json.
+func DecodeAllocateRequest(data []byte, dst *types.AllocateRequest) bool {
+	var r types.AllocateRequest
+	s := scanner{b: data}
+	if !s.next('{') {
+		return false
+	}
+	ok := s.object(func(k []byte) uint {
+		switch string(k) {
+		case "value":
+			if v, ok := s.str(); ok {
+				r.Value = string(v)
+				return 1
+			}
+		case "owner":
+			if v, ok := s.str(); ok {
+				r.Owner = string(v)
+				return 2
+			}
+		case "count":
+			if n, ok := s.uint(); ok && n <= math.MaxInt {
+				c := int(n)
+				r.Count = &c
+				return 4
 			}
 		}
 		return 0

@@ -3,7 +3,9 @@
 // allocation), the transaction results, and the transaction request. A
 // count allocation of 4,096 values and its release pass every value
 // through these six times, and encoding/json's reflection was most of
-// their CPU.
+// their CPU. It does the same for the messages of one allocation (the
+// allocate request and the allocation it answers), which every
+// allocation passes through four times.
 //
 // The output is byte for byte what encoding/json writes for the same
 // value (with HTML escaping, as json.Marshal and json.Encoder do by
@@ -103,6 +105,39 @@ func appendAllocation(dst []byte, a *types.Allocation) []byte {
 	dst = appendString(dst, a.Mode)
 	dst = append(dst, `,"revision":`...)
 	dst = strconv.AppendUint(dst, a.Revision, 10)
+	return append(dst, '}')
+}
+
+// AllocationSize is a capacity that AppendAllocation usually fills
+// without growing.
+func AllocationSize(a *types.Allocation) int {
+	return allocationSize + 2*len(a.Value) + len(a.Pool) + len(a.Owner) + len(a.Band) + len(a.Mode)
+}
+
+// AppendAllocation appends what json.Marshal(a) returns.
+func AppendAllocation(dst []byte, a *types.Allocation) []byte { return appendAllocation(dst, a) }
+
+// AppendAllocateRequest appends what json.Marshal(r) returns.
+func AppendAllocateRequest(dst []byte, r *types.AllocateRequest) []byte {
+	dst = append(dst, '{')
+	if r.Value != "" {
+		dst = append(dst, `"value":`...)
+		dst = appendString(dst, r.Value)
+	}
+	if r.Owner != "" {
+		if r.Value != "" {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"owner":`...)
+		dst = appendString(dst, r.Owner)
+	}
+	if r.Count != nil {
+		if r.Value != "" || r.Owner != "" {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"count":`...)
+		dst = strconv.AppendInt(dst, int64(*r.Count), 10)
+	}
 	return append(dst, '}')
 }
 

@@ -102,9 +102,27 @@ func TestAppendMatchesEncodingJSON(t *testing.T) {
 			}
 			req := types.TxnRequest{Ops: ops}
 			assert.Equal(t, string(mustMarshal(t, req)), string(AppendTxnRequest(nil, &req)))
+			for _, a := range tc.list.Allocations {
+				assert.Equal(t, string(mustMarshal(t, a)), string(AppendAllocation(nil, &a)))
+			}
 		})
 	}
 }
+
+func TestAppendAllocateRequestMatchesEncodingJSON(t *testing.T) {
+	counts := []*int{nil, new(int), ptr(1), ptr(4096), ptr(-1), ptr(math.MaxInt), ptr(math.MinInt)}
+	strs := append([]string{"", "x"}, awkward...)
+	for _, v := range strs {
+		for _, o := range strs {
+			for _, c := range counts {
+				r := types.AllocateRequest{Value: v, Owner: o, Count: c}
+				require.Equal(t, string(mustMarshal(t, r)), string(AppendAllocateRequest(nil, &r)), "%+v", r)
+			}
+		}
+	}
+}
+
+func ptr(n int) *int { return &n }
 
 func TestAppendMatchesEncodingJSONRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -120,6 +138,9 @@ func TestAppendMatchesEncodingJSONRandom(t *testing.T) {
 		require.Equal(t, string(mustMarshal(t, res)), string(AppendTxnResults(nil, &res)))
 		req := types.TxnRequest{Ops: randOps(r)}
 		require.Equal(t, string(mustMarshal(t, req)), string(AppendTxnRequest(nil, &req)))
+		for _, a := range randAllocations(r) {
+			require.Equal(t, string(mustMarshal(t, a)), string(AppendAllocation([]byte("prefix"), &a))[len("prefix"):])
+		}
 	}
 }
 
@@ -136,33 +157,51 @@ func strictDecode(data []byte, v any) error {
 	return nil
 }
 
+// decoded says which fast decoders accepted a message.
+type decoded struct{ list, results, txn, alloc, allocReq bool }
+
 // checkDecoders: whatever a fast decoder accepts, encoding/json accepts
-// too and decodes to the same value. It reports which fast decoders
-// accepted data.
-func checkDecoders(t testing.TB, data []byte) (list, results, txn bool) {
+// too and decodes to the same value; a refusal leaves its destination
+// as it was. It reports which fast decoders accepted data.
+func checkDecoders(t testing.TB, data []byte) decoded {
 	t.Helper()
+	var got decoded
 	var fl, jl types.AllocationList
-	if list = DecodeAllocationList(data, &fl); list {
+	if got.list = DecodeAllocationList(data, &fl); got.list {
 		require.NoError(t, json.Unmarshal(data, &jl), "%q", data)
 		require.Equal(t, jl, fl, "%q", data)
 	} else {
 		require.Zero(t, fl, "a refusal changed its destination")
 	}
 	var fr, jr types.TxnResults
-	if results = DecodeTxnResults(data, &fr); results {
+	if got.results = DecodeTxnResults(data, &fr); got.results {
 		require.NoError(t, json.Unmarshal(data, &jr), "%q", data)
 		require.Equal(t, jr, fr, "%q", data)
 	} else {
 		require.Zero(t, fr, "a refusal changed its destination")
 	}
 	var ft, jt types.TxnRequest
-	if txn = DecodeTxnRequest(data, &ft); txn {
+	if got.txn = DecodeTxnRequest(data, &ft); got.txn {
 		require.NoError(t, strictDecode(data, &jt), "%q", data)
 		require.Equal(t, jt, ft, "%q", data)
 	} else {
 		require.Zero(t, ft, "a refusal changed its destination")
 	}
-	return list, results, txn
+	var fa, ja types.Allocation
+	if got.alloc = DecodeAllocation(data, &fa); got.alloc {
+		require.NoError(t, json.Unmarshal(data, &ja), "%q", data)
+		require.Equal(t, ja, fa, "%q", data)
+	} else {
+		require.Zero(t, fa, "a refusal changed its destination")
+	}
+	var fq, jq types.AllocateRequest
+	if got.allocReq = DecodeAllocateRequest(data, &fq); got.allocReq {
+		require.NoError(t, strictDecode(data, &jq), "%q", data)
+		require.Equal(t, jq, fq, "%q", data)
+	} else {
+		require.Zero(t, fq, "a refusal changed its destination")
+	}
+	return got
 }
 
 func TestDecodeAcceptsPlainForm(t *testing.T) {
@@ -173,24 +212,31 @@ func TestDecodeAcceptsPlainForm(t *testing.T) {
 		{Pool: "ports", Value: "30000", Owner: "", Band: "dynamic", Mode: "dynamic", Revision: 9999999999999999999},
 	}, Next: &next}
 	txn := types.TxnRequest{Ops: []types.TxnOp{{Op: "release", Pool: "p", Value: "10.96.0.1", Owner: "o"}, {Op: "allocate", Pool: "p"}}}
+	one := list.Allocations[0]
+	count := 4096
 	tests := []struct {
-		name                string
-		data                string
-		list, results, txnr bool
+		name string
+		data string
+		want decoded
 	}{
-		{"list", string(mustMarshal(t, list)), true, false, false},
-		{"list indented", "\n {\r\"allocations\" :\t[ ] , \"next\": \"x\" }\n", true, false, false},
-		{"list without next", `{"allocations":[{}]}`, true, false, false},
-		{"results", string(mustMarshal(t, types.TxnResults{Results: list.Allocations})), false, true, false},
-		{"results empty", `{"results":[]}`, false, true, false},
-		{"txn", string(mustMarshal(t, txn)), false, false, true},
-		{"txn empty", ` {"ops": []} `, false, false, true},
-		{"empty object", `{}`, true, true, true},
+		{"list", string(mustMarshal(t, list)), decoded{list: true}},
+		{"list indented", "\n {\r\"allocations\" :\t[ ] , \"next\": \"x\" }\n", decoded{list: true}},
+		{"list without next", `{"allocations":[{}]}`, decoded{list: true}},
+		{"results", string(mustMarshal(t, types.TxnResults{Results: list.Allocations})), decoded{results: true}},
+		{"results empty", `{"results":[]}`, decoded{results: true}},
+		{"txn", string(mustMarshal(t, txn)), decoded{txn: true}},
+		{"txn empty", ` {"ops": []} `, decoded{txn: true}},
+		{"allocation", string(mustMarshal(t, one)), decoded{alloc: true}},
+		{"allocation in another order", ` {"revision": 0, "owner":"o" ,"pool":"p"} `, decoded{alloc: true}},
+		{"allocate request", string(mustMarshal(t, types.AllocateRequest{Owner: "default/web"})), decoded{alloc: true, allocReq: true}},
+		{"allocate request, named value", `{"value":"10.96.0.10","owner":"kube-system/kube-dns"}`, decoded{alloc: true, allocReq: true}},
+		{"allocate request, count", string(mustMarshal(t, types.AllocateRequest{Owner: "bench-7", Count: &count})), decoded{allocReq: true}},
+		{"allocate request, count 0", ` {"count" : 0} `, decoded{allocReq: true}},
+		{"empty object", `{}`, decoded{true, true, true, true, true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l, r, x := checkDecoders(t, []byte(tc.data))
-			assert.Equal(t, []bool{tc.list, tc.results, tc.txnr}, []bool{l, r, x})
+			assert.Equal(t, tc.want, checkDecoders(t, []byte(tc.data)))
 		})
 	}
 }
@@ -215,10 +261,13 @@ func TestDecodeLeavesTheRestToEncodingJSON(t *testing.T) {
 		`{"ops":null}`, `{"ops":[null]}`, `{"ops":[{"op":"release","extra":true}]}`, `{"ops":[{"op":"release","op":"allocate"}]}`,
 		`{"ops":[],"ops":[]}`, `{"ops":[{"op":1}]}`, `{"ops":{}}`, `{"Ops":[]}`, "\ufeff{}", `{"ops":[]}` + "\x00",
 		`{"ops":[{"value":"10.96.0.1"}]}}`, `{"ops":[{"op":"release"}` + strings.Repeat(" ", 3),
+		`{"pool":"a","pool":"b"}`, `{"POOL":"a"}`, `{"Owner":"o"}`, `{"owner":"o","owner":"p"}`, `{"owner":"o","bogus":1}`,
+		`{"owner":"o"} {}`, `{"owner":"o"}x`, `{"owner":"o"`, `{"owner":null}`, `{"value":1}`, `{"owner":"a\"b"}`,
+		`{"revision":-1}`, `{"count":-1}`, `{"count":1.5}`, `{"count":1e2}`, `{"count":01}`, `{"count":"1"}`,
+		`{"count":null}`, `{"count":9223372036854775808}`, `{"count":99999999999999999999}`, `{"count":1,"count":2}`,
 	} {
 		t.Run(data, func(t *testing.T) {
-			l, r, x := checkDecoders(t, []byte(data))
-			assert.Equal(t, []bool{false, false, false}, []bool{l, r, x})
+			assert.Equal(t, decoded{}, checkDecoders(t, []byte(data)))
 		})
 	}
 }
@@ -255,6 +304,16 @@ func TestDecodeRoundTripsPlainValues(t *testing.T) {
 		var outReq types.TxnRequest
 		require.True(t, DecodeTxnRequest(AppendTxnRequest(nil, &req), &outReq))
 		require.Equal(t, req, outReq)
+		for _, a := range as {
+			var outA types.Allocation
+			require.True(t, DecodeAllocation(AppendAllocation(nil, &a), &outA))
+			require.Equal(t, a, outA)
+			n := r.IntN(5000)
+			ar := types.AllocateRequest{Value: a.Value, Owner: a.Owner, Count: &n}
+			var outAR types.AllocateRequest
+			require.True(t, DecodeAllocateRequest(AppendAllocateRequest(nil, &ar), &outAR))
+			require.Equal(t, ar, outAR)
+		}
 	}
 }
 
@@ -270,6 +329,8 @@ func TestDecodeMutatedMessages(t *testing.T) {
 		mustMarshal(t, types.AllocationList{Allocations: []types.Allocation{{Pool: "p", Value: "1", Owner: "o", Band: "dynamic", Mode: "static", Revision: 12}, {Pool: "p", Value: "2"}}, Next: &next}),
 		mustMarshal(t, types.TxnResults{Results: []types.Allocation{{Pool: "p", Value: "1", Owner: "o", Band: "dynamic", Mode: "dynamic", Revision: 3}}}),
 		mustMarshal(t, types.TxnRequest{Ops: []types.TxnOp{{Op: "release", Pool: "p", Value: "1", Owner: "o"}, {Op: "allocate", Pool: "p"}}}),
+		mustMarshal(t, types.Allocation{Pool: "p", Value: "1", Owner: "o", Band: "static", Mode: "dynamic", Revision: 3}),
+		[]byte(`{"value":"10.96.0.1","owner":"o","count":12}`),
 	}
 	accepted := 0
 	for range 30000 {
@@ -290,8 +351,7 @@ func TestDecodeMutatedMessages(t *testing.T) {
 				}
 			}
 		}
-		l, rs, x := checkDecoders(t, data)
-		if l || rs || x {
+		if checkDecoders(t, data) != (decoded{}) {
 			accepted++
 		}
 	}
@@ -305,6 +365,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"results":[{"pool":"p","value":"v","owner":"o","band":"static","mode":"dynamic","revision":0}]}`))
 	f.Add([]byte(`{"ops":[{"op":"release","pool":"p","value":"v","owner":"o"}]}`))
 	f.Add([]byte(`{"ops":[{"op":"release","pool":"p"}],"ops":[{"value":"v"}]}`))
+	f.Add([]byte(`{"pool":"p","value":"v","owner":"o","band":"dynamic","mode":"dynamic","revision":1}`))
+	f.Add([]byte(`{"owner":"o","count":4096}`))
 	f.Fuzz(func(t *testing.T, data []byte) { checkDecoders(t, data) })
 }
 
@@ -317,5 +379,10 @@ func FuzzAppend(f *testing.F) {
 		require.Equal(t, string(mustMarshal(t, list)), string(AppendAllocationList(nil, &list)))
 		req := types.TxnRequest{Ops: []types.TxnOp{{Op: value, Pool: owner, Value: value, Owner: owner}}}
 		require.Equal(t, string(mustMarshal(t, req)), string(AppendTxnRequest(nil, &req)))
+		a := list.Allocations[0]
+		require.Equal(t, string(mustMarshal(t, a)), string(AppendAllocation(nil, &a)))
+		count := int(rev)
+		ar := types.AllocateRequest{Value: value, Owner: owner, Count: &count}
+		require.Equal(t, string(mustMarshal(t, ar)), string(AppendAllocateRequest(nil, &ar)))
 	})
 }
