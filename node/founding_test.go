@@ -1,7 +1,18 @@
 package node
 
 import (
+	"context"
+	"net"
+	"net/rpc"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // TestFoundingOfferWhole: what a founder tells its peers (foundingOffer,
@@ -32,4 +43,50 @@ func TestFoundingOfferWhole(t *testing.T) {
 	if torn > 0 {
 		t.Fatalf("%d of 20000 offers read as ready without their candidate", torn)
 	}
+}
+
+// stubFounder answers probes as a founding peer whose offer reads
+// "ready" with no candidate for its first torn replies, then whole.
+type stubFounder struct {
+	torn      int
+	candidate string
+	probes    atomic.Int32
+}
+
+func (s *stubFounder) Probe(_ *wire.ProbeArgs, reply *wire.ProbeReply) error {
+	n := s.probes.Add(1)
+	*reply = wire.ProbeReply{ID: "n2"}
+	switch {
+	case n == 1: // not ready yet: it has not seen every peer
+	case int(n) <= 1+s.torn:
+		reply.Ready = true
+	default:
+		reply.Ready, reply.Candidate = true, s.candidate
+	}
+	return nil
+}
+
+// TestFoundingWaitsForTheCandidate: a peer that says it is ready without
+// saying its candidate (an offer read half-made) does not count as ready.
+// Counted, its candidate would be left out of the least the founders
+// take, and this founder would bootstrap under an ID of its own while the
+// peer took another.
+func TestFoundingWaitsForTheCandidate(t *testing.T) {
+	stub := &stubFounder{torn: 3, candidate: "00000000-0000-4000-8000-000000000000"}
+	srv := rpc.NewServer()
+	require.NoError(t, srv.RegisterName("Node", stub))
+	n := &Node{id: "n1", logger: hclog.NewNullLogger(), shutdown: make(chan struct{}),
+		cfg: Config{DataDir: t.TempDir(), Peers: []Peer{{ID: "n1", RaftAddr: "n1:1"}, {ID: "n2", RaftAddr: "n2:1"}}}}
+	n.probes = newForwarder(func(string, time.Duration) (net.Conn, error) {
+		peer, conn := net.Pipe()
+		go srv.ServeConn(peer)
+		return conn, nil
+	})
+	defer n.probes.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := n.found(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, stub.candidate, id, "the founder took its own candidate before it had the peer's")
+	assert.Greater(t, int(stub.probes.Load()), 1+stub.torn, "the torn replies were all seen")
 }

@@ -50,6 +50,7 @@ request-classes-ignored | fsm/requests.go | s{if t\.classes && IsDrawnRequestID\
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
 founding-ignores-peer-state | node/membership.go | s{!n\.foundingReady\.Load\(\):\n\t\t\t\treturn "", n\.refuseFounding\(r\.peer, r\.reply\)}{!n.foundingReady.Load():\n\t\t\t\tempty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
 founding-offer-torn | node/membership.go | s{\tready := n\.foundingReady\.Load\(\)\n(\tcandidate, _ := n\.candidate\.Load\(\)\.\(string\)\n)}{$1\tready := n.foundingReady.Load()\n} | ./node/ | ^TestFoundingOfferWhole$
+founding-counts-offer-without-candidate | node/membership.go | s{case r\.reply\.Ready && r\.reply\.Candidate != "":}{case r.reply.Ready:} | ./node/ | ^TestFoundingWaitsForTheCandidate$
 founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.offerCandidate\(c\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
 lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase n.ClusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
