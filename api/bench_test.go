@@ -89,3 +89,46 @@ func BenchmarkCountJSON(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllocationJSON measures the JSON one allocation passes through
+// (`rangealloc bench --mix allocate=1`), each side's way and, beside it,
+// encoding/json's: the client encodes the allocate request, the server
+// decodes it strictly, encodes the allocation it answers, and the client
+// decodes that.
+func BenchmarkAllocationJSON(b *testing.B) {
+	a := Allocation{Pool: "clusterip-ipv4", Value: "10.96.12.7", Owner: "bench-7", Band: "dynamic", Mode: "dynamic", Revision: 123456}
+	req := AllocateRequest{Owner: "bench-7"}
+	aData, _ := json.Marshal(a)
+	reqData, _ := json.Marshal(req)
+	var boxed, boxedPtr any = a, &a
+	for _, tc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"request/client-encode", func() error { _ = wire.AppendAllocateRequest(make([]byte, 0, 64), &req); return nil }},
+		{"request/client-encode-encoding-json", func() error { _, err := json.Marshal(req); return err }},
+		{"request/server-decode", func() error { var r AllocateRequest; return decodeBody(reqData, &r, false) }},
+		{"request/server-decode-encoding-json", func() error { var r AllocateRequest; return decodeStrict(reqData, &r) }},
+		// Both boxed once: a handler's value is boxed either way. A pointer
+		// takes writeJSON's encoding/json path.
+		{"allocation/server-encode", func() error { writeJSON(discard{}, 201, boxed); return nil }},
+		{"allocation/server-encode-encoding-json", func() error { writeJSON(discard{}, 201, boxedPtr); return nil }},
+		{"allocation/client-decode", func() error {
+			var out Allocation
+			if !wire.DecodeAllocation(aData, &out) {
+				return fmt.Errorf("not decoded")
+			}
+			return nil
+		}},
+		{"allocation/client-decode-encoding-json", func() error { var out Allocation; return json.Unmarshal(aData, &out) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := tc.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

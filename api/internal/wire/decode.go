@@ -146,6 +146,8 @@ func newValues(size int) values {
 	return values{bytes: make([]byte, 0, size*16), spans: make([][2]int, 0, size)}
 }
 
+// allocation reads one allocation into *a, its strings shared with *prev
+// where equal; its value goes to vs, or to a.Value when vs is nil.
 func (s *scanner) allocation(a, prev *types.Allocation, vs *values) bool {
 	if !s.next('{') {
 		return false
@@ -163,7 +165,11 @@ func (s *scanner) allocation(a, prev *types.Allocation, vs *values) bool {
 			}
 		case "value":
 			if v, ok = s.str(); ok {
-				vs.add(v)
+				if vs != nil {
+					vs.add(v)
+				} else {
+					a.Value = string(v)
+				}
 				bit = 2
 			}
 		case "owner":
@@ -280,11 +286,9 @@ func DecodeTxnResults(data []byte, dst *types.TxnResults) bool {
 func DecodeAllocation(data []byte, dst *types.Allocation) bool {
 	var a types.Allocation
 	s := scanner{b: data}
-	vs := values{spans: make([][2]int, 1)}
-	if !s.allocation(&a, &types.Allocation{}, &vs) || !s.end() {
+	if !s.allocation(&a, &types.Allocation{}, nil) || !s.end() {
 		return false
 	}
-	vs.each(func(_ int, v string) { a.Value = v })
 	*dst = a
 	return true
 }
