@@ -96,6 +96,7 @@ whole-cluster-founds-beside-backups | node/membership.go | s{\t\t\tif err := n\.
 founding-restore-forgotten | node/foundfrom.go | s{\tif n\.cfg\.RestoreFrom == "" \{\n\t\treturn nil, fmt\.Errorf\("refusing}{\tif n.cfg.RestoreFrom == "" \{\n\t\treturn nil, nil\n\t\treturn nil, fmt.Errorf("refusing} | ./node/ | ^TestLoneNodeFoundingInterrupted$
 restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \|\| n\.cfg\.FoundEmpty \{\n\t\t\tn\.logger\.Warn}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Warn} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangealloc:found-from-%016x", b\.Fingerprint\(\)\)}{id := drawRequestID()} | ./node/ | ^TestLoneNodeFoundsFromBackup$
+wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
 EOF
 )
 

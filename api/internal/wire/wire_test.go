@@ -160,48 +160,33 @@ func strictDecode(data []byte, v any) error {
 // decoded says which fast decoders accepted a message.
 type decoded struct{ list, results, txn, alloc, allocReq bool }
 
-// checkDecoders: whatever a fast decoder accepts, encoding/json accepts
-// too and decodes to the same value; a refusal leaves its destination
-// as it was. It reports which fast decoders accepted data.
+// checkDecoder: if fast accepts data, reference (encoding/json's way)
+// accepts it too and decodes it to the same value; a refusal leaves the
+// destination as it was. It reports whether fast accepted data.
+func checkDecoder[T any](t testing.TB, data []byte, fast func([]byte, *T) bool, reference func([]byte, any) error) bool {
+	t.Helper()
+	var got, want T
+	ok := fast(data, &got)
+	if ok {
+		require.NoError(t, reference(data, &want), "%q", data)
+		require.Equal(t, want, got, "%q", data)
+	} else {
+		require.Zero(t, got, "a refusal changed its destination")
+	}
+	return ok
+}
+
+// checkDecoders runs checkDecoder for every fast decoder: answers against
+// json.Unmarshal, request bodies against the server's strict decoding.
 func checkDecoders(t testing.TB, data []byte) decoded {
 	t.Helper()
-	var got decoded
-	var fl, jl types.AllocationList
-	if got.list = DecodeAllocationList(data, &fl); got.list {
-		require.NoError(t, json.Unmarshal(data, &jl), "%q", data)
-		require.Equal(t, jl, fl, "%q", data)
-	} else {
-		require.Zero(t, fl, "a refusal changed its destination")
+	return decoded{
+		list:     checkDecoder(t, data, DecodeAllocationList, json.Unmarshal),
+		results:  checkDecoder(t, data, DecodeTxnResults, json.Unmarshal),
+		txn:      checkDecoder(t, data, DecodeTxnRequest, strictDecode),
+		alloc:    checkDecoder(t, data, DecodeAllocation, json.Unmarshal),
+		allocReq: checkDecoder(t, data, DecodeAllocateRequest, strictDecode),
 	}
-	var fr, jr types.TxnResults
-	if got.results = DecodeTxnResults(data, &fr); got.results {
-		require.NoError(t, json.Unmarshal(data, &jr), "%q", data)
-		require.Equal(t, jr, fr, "%q", data)
-	} else {
-		require.Zero(t, fr, "a refusal changed its destination")
-	}
-	var ft, jt types.TxnRequest
-	if got.txn = DecodeTxnRequest(data, &ft); got.txn {
-		require.NoError(t, strictDecode(data, &jt), "%q", data)
-		require.Equal(t, jt, ft, "%q", data)
-	} else {
-		require.Zero(t, ft, "a refusal changed its destination")
-	}
-	var fa, ja types.Allocation
-	if got.alloc = DecodeAllocation(data, &fa); got.alloc {
-		require.NoError(t, json.Unmarshal(data, &ja), "%q", data)
-		require.Equal(t, ja, fa, "%q", data)
-	} else {
-		require.Zero(t, fa, "a refusal changed its destination")
-	}
-	var fq, jq types.AllocateRequest
-	if got.allocReq = DecodeAllocateRequest(data, &fq); got.allocReq {
-		require.NoError(t, strictDecode(data, &jq), "%q", data)
-		require.Equal(t, jq, fq, "%q", data)
-	} else {
-		require.Zero(t, fq, "a refusal changed its destination")
-	}
-	return got
 }
 
 func TestDecodeAcceptsPlainForm(t *testing.T) {
