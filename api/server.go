@@ -382,7 +382,9 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return badRequest("invalid JSON body: " + err.Error())
 	}
-	if dec.More() {
+	// Only white space may follow (dec.More would let a stray ']' or '}'
+	// through).
+	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		return badRequest("invalid JSON body: data after the object")
 	}
 	return nil

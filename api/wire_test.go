@@ -95,3 +95,20 @@ func TestAllocateRequestFastPath(t *testing.T) {
 	})
 	assert.LessOrEqual(t, allocs, 2.0, "the request and its owner string, no more")
 }
+
+// TestDecodeStrictRefusesTrailingData: a body is one object and white
+// space, nothing else, whatever follows the object.
+func TestDecodeStrictRefusesTrailingData(t *testing.T) {
+	for _, body := range []string{`{}]`, `{}}`, `{} ]`, "{}\n}", `{} {}`, `{}x`, `{}0`, `{},`, "{}\f"} {
+		t.Run(body, func(t *testing.T) {
+			var req AllocateRequest
+			err := decodeStrict([]byte(body), &req)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "invalid JSON body")
+		})
+	}
+	for _, body := range []string{`{}`, "{} \t\r\n", ` {"owner":"o"} `} {
+		var req AllocateRequest
+		assert.NoError(t, decodeStrict([]byte(body), &req), "%q", body)
+	}
+}

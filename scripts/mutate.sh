@@ -97,6 +97,7 @@ founding-restore-forgotten | node/foundfrom.go | s{\tif n\.cfg\.RestoreFrom == "
 restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \|\| n\.cfg\.FoundEmpty \{\n\t\t\tn\.logger\.Warn}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Warn} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangealloc:found-from-%016x", b\.Fingerprint\(\)\)}{id := drawRequestID()} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
+strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
 EOF
 )
 
