@@ -296,7 +296,7 @@ func DecodeAllocation(data []byte, dst *types.Allocation) bool {
 // DecodeAllocateRequest decodes data into *dst, which must be zero, as a
 // json.Decoder with DisallowUnknownFields decodes a body that holds one
 // object; false, leaving *dst as it was, when data is outside the plain
-// form (a negative count among it) and must go to encoding/json.
+// form (which holds no negative count) and must go to encoding/json.
 func DecodeAllocateRequest(data []byte, dst *types.AllocateRequest) bool {
 	var r types.AllocateRequest
 	s := scanner{b: data}
