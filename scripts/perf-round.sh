@@ -86,6 +86,9 @@ for round in $(seq "$ROUNDS"); do
     sleep 0.2
   done
   grep -q "Three nodes run" "$work/cluster-$round.log" || { cat "$work/cluster-$round.log" >&2; exit 1; }
+  # The lone client writes to the first member: straight to the leader,
+  # or through a follower that forwards (docs/PERFORMANCE.md).
+  first=$("$BIN" cluster | awk 'seen && NF { print $1 " (" $4 ")"; exit } /^ID /{ seen = 1 }')
   a1=$(bench --clients 1 --mix allocate=1); a16=$(bench --clients 16 --mix allocate=1); a64=$(bench --clients 64 --mix allocate=1)
   h64=$(bench --clients 64 --mix health=1)
   cnt=$(bench --clients 8 --count 4096 --mix allocate=1,release=1)
@@ -93,7 +96,7 @@ for round in $(seq "$ROUNDS"); do
 
   r1=$(col "$a1" 4); r16=$(col "$a16" 4); r64=$(col "$a64" 4); values=$(col "$cnt" 5)
   cpuA=$(us "$a64" 11); cpuH=$(us "$h64" 11)
-  echo "   allocate 1/16/64: $r1 (p50 $(awk '{print $6}' <<<"$a1")) / $r16 / $r64 per s; health at 64: CPU/OP ${cpuH}µs; count 4096: $values values/s"
+  echo "   allocate 1/16/64: $r1 (p50 $(awk '{print $6}' <<<"$a1"), to $first) / $r16 / $r64 per s; health at 64: CPU/OP ${cpuH}µs; count 4096: $values values/s"
   echo
   echo "| round $round ($STORE, $((SECONDS - start)) s) | ratio | target | |"
   echo "|---|---:|---:|---|"
