@@ -23,6 +23,7 @@ import (
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
 	"github.com/rangealloc/rangealloc/api/types"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,12 +94,8 @@ func newEnv(t *testing.T) *env {
 	doc.Servers = nil // match requests to the test server's address
 	router, err := legacy.NewRouter(doc)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	raftAddr := l.Addr().String()
-	l.Close()
 	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RaftAddr = t.TempDir(), raftAddr
+	cfg.DataDir, cfg.RaftAddr = t.TempDir(), testaddr.Loopback(t)
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
 	cfg.Pools = []node.PoolSpec{{Name: "clusterip-ipv4", Range: "10.96.0.0/16"}, {Name: "nodeport", Range: "30000-32767"}}
 	metrics := api.NewMetrics()

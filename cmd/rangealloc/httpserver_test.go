@@ -18,6 +18,7 @@ import (
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/certs"
 	"github.com/rangealloc/rangealloc/certs/certstest"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -223,10 +224,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 // the read timeout sized for JSON bodies; the restore handler extends it.
 func TestRestoreOutlivesReadTimeout(t *testing.T) {
 	cfg := node.DefaultConfig()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	cfg.RaftAddr = ln.Addr().String()
-	ln.Close()
+	cfg.RaftAddr = testaddr.Loopback(t)
 	cfg.DataDir = t.TempDir()
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
 	cfg.Pools = []node.PoolSpec{{Name: "nodeport", Range: "30000-32767"}}
