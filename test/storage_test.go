@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,13 +59,7 @@ func wipedVoterRefused(t *testing.T, store string) {
 	}
 	c.Kill(b.Index)
 	ctx := ctxT(t, 60*time.Second)
-	acked := map[string]string{}
-	for i := 0; i < 200; i++ {
-		owner := fmt.Sprintf("acked-%d", i)
-		got, err := l.Node.Allocate(ctx, "ip", "", owner, 0, owner)
-		require.NoError(t, err)
-		acked[got[0].Value] = owner
-	}
+	acked := allocateAcked(ctx, t, l.Node, 200)
 	c.Kill(l.Index)
 	c.Kill(a.Index)
 	c.Wipe(a.Index)
@@ -74,11 +69,7 @@ func wipedVoterRefused(t *testing.T, store string) {
 	assert.Contains(t, err.Error(), "is a voter of cluster")
 	c.Start(l.Index)
 	nl := c.LeaderAmong(l.Index, b.Index)
-	for v, owner := range acked {
-		got, err := nl.Node.Get(ctx, node.Linearizable, "ip", v)
-		require.NoError(t, err, "acknowledged %s", v)
-		assert.Equal(t, owner, got.Owner)
-	}
+	requireAcked(ctx, t, nl.Node, acked)
 
 	// The runbook: remove the member, empty its directory, join it again.
 	require.NoError(t, nl.Node.RemoveMember(ctx, a.ID))
@@ -374,13 +365,7 @@ func TestWholeClusterLost(t *testing.T) {
 	}})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 120*time.Second)
-	acked := map[string]string{}
-	for i := 0; i < 20; i++ {
-		owner := fmt.Sprintf("acked-%d", i)
-		got, err := l.Node.Allocate(ctx, "ip", "", owner, 0, owner)
-		require.NoError(t, err)
-		acked[got[0].Value] = owner
-	}
+	acked := allocateAcked(ctx, t, l.Node, 20)
 	applied := l.Node.AppliedIndex()
 	var newest string
 	require.Eventually(t, func() bool {
@@ -439,11 +424,7 @@ func TestWholeClusterLost(t *testing.T) {
 		return voters == 3
 	}, 30*time.Second, 50*time.Millisecond, "the two who joined are promoted")
 	nl := c.Leader()
-	for v, owner := range acked {
-		got, err := nl.Node.Get(ctx, node.Linearizable, "ip", v)
-		require.NoError(t, err, "acknowledged %s", v)
-		assert.Equal(t, owner, got.Owner, "acknowledged %s", v)
-	}
+	requireAcked(ctx, t, nl.Node, acked)
 	for i := 0; i < 20; i++ {
 		got, err := c.Members[i%3].Node.Allocate(ctx, "ip", "", "after", 0, "")
 		require.NoError(t, err)
@@ -489,4 +470,29 @@ func TestWholeClusterFoundsEmptyOnPurpose(t *testing.T) {
 	var fe *fsm.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, fsm.CodeNotAllocated, fe.Code)
+}
+
+// allocateAcked allocates n dynamic values of pool "ip" through nd, each
+// acknowledged, under owners of their own, and returns value → owner.
+func allocateAcked(ctx context.Context, t *testing.T, nd *node.Node, n int) map[string]string {
+	t.Helper()
+	acked := map[string]string{}
+	for i := 0; i < n; i++ {
+		owner := fmt.Sprintf("acked-%d", i)
+		got, err := nd.Allocate(ctx, "ip", "", owner, 0, owner)
+		require.NoError(t, err)
+		acked[got[0].Value] = owner
+	}
+	return acked
+}
+
+// requireAcked checks, with linearizable reads through nd, that every
+// acknowledged value still has its owner.
+func requireAcked(ctx context.Context, t *testing.T, nd *node.Node, acked map[string]string) {
+	t.Helper()
+	for v, owner := range acked {
+		got, err := nd.Get(ctx, node.Linearizable, "ip", v)
+		require.NoError(t, err, "acknowledged %s", v)
+		assert.Equal(t, owner, got.Owner, "acknowledged %s", v)
+	}
 }
