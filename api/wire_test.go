@@ -44,36 +44,36 @@ func TestWriteJSONBulkAnswers(t *testing.T) {
 // TestDecodeBodyTxnRequest: a transaction decodes, or is refused with the
 // same message, as the strict json.Decoder did before the fast path.
 func TestDecodeBodyTxnRequest(t *testing.T) {
-	strict := decodeStrict // the path every body took before the fast one
-	for _, body := range []string{
+	checkDecodeBody[TxnRequest](t,
 		`{"ops":[{"op":"release","pool":"p","value":"10.96.0.1","owner":"o"}]}`,
 		` {"ops":[]} `, `{}`, `{"ops":null}`, `{"ops":[{"op":"release","pool":"p","bogus":1}]}`,
 		`{"ops":[{"op":"release","pool":"p"}]} {}`, `{"ops":[{"op":"release","pool":"p"}]}]`,
 		`{"ops":[{"op":"release","pool":7}]}`, `{"ops":[{"op":"release"}],"ops":[{"pool":"q"}]}`,
 		`{"OPS":[{"OP":"release","Pool":"p"}]}`, `{"ops":[{"op":"rel\u0065ase","pool":"p\"q"}]}`,
 		`{"ops":[{"op":"release","pool":"p"}]`, ``, `null`, `[]`,
-	} {
-		t.Run(body, func(t *testing.T) {
-			var got, want TxnRequest
-			gotErr, wantErr := decodeBody([]byte(body), &got, false), strict([]byte(body), &want)
-			assert.Equal(t, want, got)
-			assert.Equal(t, wantErr, gotErr)
-		})
-	}
+	)
 }
 
 // TestDecodeBodyAllocateRequest: an allocate request decodes, or is
 // refused with the same message, as the strict json.Decoder did before
 // the fast path.
 func TestDecodeBodyAllocateRequest(t *testing.T) {
-	for _, body := range []string{
+	checkDecodeBody[AllocateRequest](t,
 		`{"owner":"default/web"}`, `{"value":"10.96.0.10","owner":"kube-system/kube-dns"}`, ` {"owner":"o","count":4096} `,
 		`{}`, `{"count":0}`, `{"count":-1}`, `{"count":1.5}`, `{"count":99999999999999999999}`, `{"count":null}`,
 		`{"owner":"o","bogus":1}`, `{"Owner":"o"}`, `{"owner":"o","owner":"p"}`, `{"owner":"o"} {}`, `{"owner":"o"}]`,
 		`{"owner":7}`, `{"owner":"a\u0062"}`, `{"owner":"o"`, ``, `null`, `[]`, `"o"`,
-	} {
+	)
+}
+
+// checkDecodeBody: each body decodes into a T through decodeBody (its
+// fast path, where it has one) to what decodeStrict, the path every body
+// took before, decodes it to, with the same error.
+func checkDecodeBody[T any](t *testing.T, bodies ...string) {
+	t.Helper()
+	for _, body := range bodies {
 		t.Run(body, func(t *testing.T) {
-			var got, want AllocateRequest
+			var got, want T
 			gotErr, wantErr := decodeBody([]byte(body), &got, false), decodeStrict([]byte(body), &want)
 			assert.Equal(t, want, got)
 			assert.Equal(t, wantErr, gotErr)
