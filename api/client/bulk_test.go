@@ -82,3 +82,38 @@ func TestBulkAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocationAnswer: one allocation's answer, plain or not, decodes as
+// json.Unmarshal decodes it, and an allocate request sends what
+// json.Marshal writes.
+func TestAllocationAnswer(t *testing.T) {
+	a := `{"pool":"p","value":"10.96.0.1","owner":"o","band":"dynamic","mode":"dynamic","revision":5}`
+	for _, tc := range []struct{ name, body, wantErr string }{
+		{name: "plain", body: a},
+		{name: "escaped", body: `{"pool":"p","value":"10.96.0.\u0031","owner":"<o>","REVISION":7,"extra":true}`},
+		{name: "malformed", body: a[:len(a)-1], wantErr: "decode"},
+		{name: "wrong type", body: `{"revision":"5"}`, wantErr: "decode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent []byte
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sent, _ = io.ReadAll(r.Body)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			c := New(srv.URL, nil)
+			got, _, err := c.Allocate(context.Background(), "p", "10.96.0.1", "<&>\u2028", Options{})
+			wantSent, merr := json.Marshal(types.AllocateRequest{Value: "10.96.0.1", Owner: "<&>\u2028"})
+			require.NoError(t, merr)
+			assert.Equal(t, string(wantSent), string(sent))
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var want types.Allocation
+			require.NoError(t, json.Unmarshal([]byte(tc.body), &want))
+			assert.Equal(t, want, got)
+		})
+	}
+}
