@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/internal/testaddr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -274,10 +275,9 @@ func TestListenAdvertise(t *testing.T) {
 }
 
 func TestDialFails(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	_, err = dialRPC(addr, time.Second)
+	// A claimed port below the ephemeral range, where nothing listens: a
+	// released ":0" port could be taken by any connection in between.
+	addr := testaddr.Loopback(t)
+	_, err := dialRPC(addr, time.Second)
 	assert.Error(t, err, "DialRPC(%q) to nothing", addr)
 }
