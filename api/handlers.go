@@ -276,9 +276,14 @@ func (srv *Server) addMember(w http.ResponseWriter, r *http.Request) {
 }
 
 func (srv *Server) removeMember(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
-	if err := srv.s.RemoveMember(ctx, r.PathValue("id")); err != nil {
+	if err := srv.s.RemoveMember(ctx, r.PathValue("id"), key); err != nil {
 		writeError(w, err)
 		return
 	}

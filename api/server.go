@@ -61,7 +61,7 @@ type Store interface {
 	Cluster() (node.ClusterStatus, error)
 	Readiness() node.Readiness
 	AddMember(ctx context.Context, m fsm.Member) error
-	RemoveMember(ctx context.Context, id string) error
+	RemoveMember(ctx context.Context, id, requestID string) error
 	TransferLeadership(ctx context.Context, id string) error
 	FinalizeUpgrade(ctx context.Context) error
 	BackupAt(ctx context.Context, c node.Consistency, w io.Writer) error

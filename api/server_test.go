@@ -306,6 +306,10 @@ func TestIdempotencyKey(t *testing.T) {
 	f2, fc2, _ := e.raw(t, "POST", "/v1/pools/nodeport/allocations", `{"value":"1"}`, k)
 	assert.Equal(t, []any{422, "NotInRange"}, []any{f1, fc1})
 	assert.Equal(t, []any{f1, fc1}, []any{f2, fc2})
+	// A member's removal reads the key too: one used for an allocation is
+	// refused, whatever the member.
+	m, mc, _ := e.raw(t, "DELETE", "/v1/cluster/members/nope", "", hdr)
+	assert.Equal(t, []any{422, "IdempotencyKeyReused"}, []any{m, mc})
 }
 
 // TestBadInput: every endpoint answers bad input with the right 4xx and
@@ -373,6 +377,7 @@ func TestBadInput(t *testing.T) {
 		{"txn over 1 MiB", "POST", "/v1/txn", `{"ops":[{"op":"release","pool":"nodeport","value":"` + strings.Repeat("3", api.MaxBody) + `"}]}`, nil, 413, "PayloadTooLarge"},
 		{"member without id", "POST", "/v1/cluster/members", `{"raftAddr":"127.0.0.1:1"}`, nil, 400, "InvalidArgument"},
 		{"remove unknown member", "DELETE", "/v1/cluster/members/nope", "", nil, 404, "MemberNotFound"},
+		{"remove member, key too long", "DELETE", "/v1/cluster/members/nope", "", map[string]string{"Idempotency-Key": strings.Repeat("k", 129)}, 400, "InvalidArgument"},
 		{"transfer unknown field", "POST", "/v1/cluster/leader-transfer", `{"who":"x"}`, nil, 400, "InvalidArgument"},
 		{"restore garbage", "POST", "/v1/snapshot/restore", "not a snapshot", octetStream, 400, "InvalidArgument"},
 	}

@@ -241,6 +241,7 @@ type (
 	readRPCReply = wire.ReadRPCReply
 	callReply    = wire.CallReply
 	restoreArgs  = wire.RestoreArgs
+	removeArgs   = wire.RemoveMemberArgs
 )
 
 func toWireErr(err error) *wireErr {
@@ -308,6 +309,13 @@ func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) e
 	var reply callReply
 	if _, err := n.fwd.call(ctx, addr, method, args, &reply, nil); err != nil {
 		if e := olderLeader(addr, method, err); e != nil {
+			if a, ok := args.(*removeArgs); ok && fsm.IsDrawnRequestID(a.RequestID) {
+				// A leader of a release before member removals carried
+				// request IDs removes the member as it always did. Only an
+				// ID this node drew may be dropped: a caller's would be
+				// promised and then not kept.
+				return n.forwardCall(ctx, addr, "RemoveMember", a.ID)
+			}
 			return e
 		}
 		return fmt.Errorf("forward to leader %s: %w", addr, err)
@@ -559,9 +567,21 @@ func (s *rpcService) FinalizeUpgrade(_ int, reply *callReply) error {
 	return s.run(reply, func(ctx context.Context) error { _, err := s.n.raiseFeatureLevel(ctx); return err })
 }
 
-// RemoveMember removes a forwarded member.
+// RemoveMember removes a member for a follower of a release before
+// member removals carried request IDs.
 func (s *rpcService) RemoveMember(id string, reply *callReply) error {
-	return s.run(reply, func(ctx context.Context) error { return s.n.removeMemberOnLeader(ctx, id) })
+	return s.RemoveMemberRequest(&removeArgs{ID: id}, reply)
+}
+
+// RemoveMemberRequest removes a forwarded member under the request ID the
+// follower received the call with (Node.RemoveMember).
+func (s *rpcService) RemoveMemberRequest(args *removeArgs, reply *callReply) error {
+	return s.run(reply, func(ctx context.Context) error {
+		if err := checkRequestID(args.RequestID); err != nil {
+			return err
+		}
+		return s.n.removeMemberOnLeader(ctx, args.ID, args.RequestID)
+	})
 }
 
 // Transfer transfers leadership on a follower's behalf.

@@ -238,7 +238,7 @@ func (d apDelegate) RemoveFailedServer(s *autopilot.Server) {
 		defer n.health.removing.Delete(s.ID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := n.removeMemberOnLeader(ctx, string(s.ID)); err != nil {
+		if err := n.removeMemberOnLeader(ctx, string(s.ID), ""); err != nil {
 			n.logger.Warn("could not remove a dead member", "member", s.ID, "error", err)
 			return
 		}

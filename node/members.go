@@ -117,12 +117,48 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 	return n.onLeader(ctx, "AddMember", m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
 }
 
-// RemoveMember removes a member from the Raft configuration and the member table.
-func (n *Node) RemoveMember(ctx context.Context, id string) error {
-	return n.onLeader(ctx, "RemoveMember", id, nil, func() error { return n.removeMemberOnLeader(ctx, id) })
+// RemoveMember removes a member from the member table and the Raft
+// configuration. A requestID (the API's Idempotency-Key) makes it safe to
+// retry: a retry of a call that went through, or part way, answers as that
+// call did, finishing what it left undone, and the ID of another request
+// is refused (fsm.CodeIdempotencyKeyReused). "" draws one, which the
+// node's own retries of the call (through a new leader) carry.
+func (n *Node) RemoveMember(ctx context.Context, id, requestID string) error {
+	if err := checkRequestID(requestID); err != nil {
+		return err
+	}
+	if requestID == "" {
+		requestID = drawRequestID()
+	}
+	args := &removeArgs{ID: id, RequestID: requestID}
+	return n.onLeader(ctx, "RemoveMemberRequest", args, nil, func() error { return n.removeMemberOnLeader(ctx, id, requestID) })
 }
 
-func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
+func (n *Node) removeMemberOnLeader(ctx context.Context, id, requestID string) error {
+	// One membership change at a time: a join adds its member to the
+	// configuration before it writes the row, and a retry below must not
+	// see a member between the two.
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
+	req := &fsm.Request{Kind: fsm.KindRemoveMember, ID: requestID, Member: fsm.Member{ID: id}}
+	retry := false
+	if requestID != "" {
+		// The request table must be the cluster's latest: a call that
+		// wrote its entry under this ID, answered or not, must be found.
+		if err := n.linearize(ctx); err != nil {
+			return err
+		}
+		_, retry = n.fsm.RequestFingerprint(requestID)
+	}
+	if retry {
+		// A call under this ID got past the checks below and wrote its
+		// entry. The entry again answers what it answered then, or refuses
+		// an ID used for another request; what that call may have left
+		// undone, the configuration change, follows.
+		if err := n.removeMemberRow(ctx, req); err != nil {
+			return err
+		}
+	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -137,8 +173,13 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 		}
 	}
 	_, inTable := n.fsm.Member(id)
+	if retry && inTable {
+		// The call under this ID removed the row, so the member was added
+		// again since: that call's answer stands, and the member stays.
+		return nil
+	}
 	switch {
-	case !inConfig && !inTable:
+	case !retry && !inConfig && !inTable:
 		return &fsm.Error{Code: fsm.CodeMemberNotFound, Op: -1, Message: fmt.Sprintf("member %q not found", id)}
 	case voter && voters == 1:
 		return &fsm.Error{Code: fsm.CodeLastVoter, Op: -1, Message: fmt.Sprintf(
@@ -146,14 +187,12 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 	}
 	// The row goes first, while this node surely leads: removing the
 	// leader itself from Raft makes it step down, and the row would then
-	// wait for an election. A retry finishes whichever half is left.
-	if inTable {
-		res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindRemoveMember, Member: fsm.Member{ID: id}})
-		if err != nil {
+	// wait for an election. A retry finishes whichever half is left. Under
+	// an ID the entry is written even for a member in the configuration
+	// without a row, to remember the ID.
+	if !retry && (inTable || requestID != "") {
+		if err := n.removeMemberRow(ctx, req); err != nil {
 			return err
-		}
-		if res.Err != nil && res.Err.Code != fsm.CodeMemberNotFound {
-			return res.Err
 		}
 	}
 	if inConfig {
@@ -161,6 +200,18 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id string) error {
 			return fmt.Errorf("remove server %s: %w", id, err)
 		}
 		n.logger.Info("removed member", "id", id)
+	}
+	return nil
+}
+
+// removeMemberRow removes a member's row; a row already gone is no error.
+func (n *Node) removeMemberRow(ctx context.Context, req *fsm.Request) error {
+	res, err := n.submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil && res.Err.Code != fsm.CodeMemberNotFound {
+		return res.Err
 	}
 	return nil
 }

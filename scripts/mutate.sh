@@ -98,6 +98,7 @@ restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != ""
 founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangealloc:found-from-%016x", b\.Fingerprint\(\)\)}{id := drawRequestID()} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
 strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
+member-removal-key-unremembered | node/members.go | s{if !retry && \(inTable \|\| requestID != ""\) \{}{if !retry \&\& inTable \{} | ./node/ | ^TestRemoveMemberRetried$
 EOF
 )
 

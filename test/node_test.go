@@ -383,9 +383,9 @@ func TestMembershipAndTransfer(t *testing.T) {
 	for _, m := range st.Members {
 		assert.Equal(t, "api-"+m.ID, m.APIAddr, "member table row of %s", m.ID)
 	}
-	err = l.Node.RemoveMember(ctx, "nope")
+	err = l.Node.RemoveMember(ctx, "nope", "")
 	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeMemberNotFound})
-	require.NoError(t, l.Node.RemoveMember(ctx, l.ID), "a node can ask for its own removal")
+	require.NoError(t, l.Node.RemoveMember(ctx, l.ID, ""), "a node can ask for its own removal")
 	c.Kill(l.Index)
 	st, err = f.Node.Cluster()
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ func TestOperationsThatCannotSucceed(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	err = l.Node.RemoveMember(ctx, l.ID)
+	err = l.Node.RemoveMember(ctx, l.ID, "")
 	assert.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeLastVoter}, "removing the only voter")
 	require.NoError(t, l.Node.TransferLeadership(ctx, l.ID), "a transfer to the leader itself is done")
 	err = l.Node.TransferLeadership(ctx, "")

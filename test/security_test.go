@@ -196,7 +196,7 @@ func TestRaftPortNeedsMembership(t *testing.T) {
 			gone = m
 		}
 	}
-	require.NoError(t, l.Node.RemoveMember(ctx, gone.ID))
+	require.NoError(t, l.Node.RemoveMember(ctx, gone.ID, ""))
 	c.Kill(gone.Index)
 	require.Eventually(t, func() bool {
 		st, err := f.Node.Cluster()

@@ -72,7 +72,7 @@ func wipedVoterRefused(t *testing.T, store string) {
 	requireAcked(ctx, t, nl.Node, acked)
 
 	// The runbook: remove the member, empty its directory, join it again.
-	require.NoError(t, nl.Node.RemoveMember(ctx, a.ID))
+	require.NoError(t, nl.Node.RemoveMember(ctx, a.ID, ""))
 	c.Wipe(a.Index)
 	cfg := c.Config(a.Index)
 	cfg.Peers, cfg.Join = nil, []string{nl.Addr}

@@ -337,7 +337,13 @@ func (c *Client) AddMember(ctx context.Context, m types.MemberRequest) (types.Cl
 
 // RemoveMember removes a member.
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
-	_, err := c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, nil, nil, nil)
+	return c.RemoveMemberWith(ctx, id, Options{})
+}
+
+// RemoveMemberWith removes a member; o.IdempotencyKey makes a retry answer
+// as the first call did.
+func (c *Client) RemoveMemberWith(ctx context.Context, id string, o Options) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, o.header(), nil, nil)
 	return err
 }
 

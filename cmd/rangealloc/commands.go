@@ -306,20 +306,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 		RunE: status,
 	}
 	cmd.AddCommand(&cobra.Command{Use: "status", Short: "Show the cluster", Args: cobra.NoArgs, RunE: status},
-		newJoinCmd(g),
-		&cobra.Command{
-			Use: "remove ID", Short: "Remove a member", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx, cancel := ctxOf(cmd)
-				defer cancel()
-				if err := g.client().RemoveMember(ctx, args[0]); err != nil {
-					return err
-				}
-				return g.print(cmd.OutOrStdout(), map[string]string{"removed": args[0]}, func(tw *tabwriter.Writer) {
-					fmt.Fprintf(tw, "removed member %s\n", args[0])
-				})
-			},
-		}, &cobra.Command{
+		newJoinCmd(g), newRemoveMemberCmd(g), &cobra.Command{
 			Use: "transfer-leader [ID]", Short: "Hand leadership to ID, or to any follower", Args: cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ctx, cancel := ctxOf(cmd)
@@ -357,6 +344,26 @@ would stop at the first entry it cannot read.`,
 				return g.print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { clusterTable(tw, st) })
 			},
 		})
+	return cmd
+}
+
+func newRemoveMemberCmd(g *globals) *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use: "remove ID", Short: "Remove a member", Args: cobra.ExactArgs(1),
+		Example: `  rangealloc cluster remove n4 --idempotency-key remove-n4   # safe to retry`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := ctxOf(cmd)
+			defer cancel()
+			if err := g.client().RemoveMemberWith(ctx, args[0], client.Options{IdempotencyKey: key}); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]string{"removed": args[0]}, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "removed member %s\n", args[0])
+			})
+		},
+	}
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "a retry with the same key answers as the first call did, though the member is gone by then")
 	return cmd
 }
 

@@ -76,6 +76,13 @@ type RestoreArgs struct {
 	Fingerprint uint64
 }
 
+// RemoveMemberArgs names the member to remove (Node.RemoveMemberRequest),
+// and the request ID the follower received the call with.
+type RemoveMemberArgs struct {
+	ID        string
+	RequestID string
+}
+
 // SubmitReply answers Node.Submit; Result is fsm.EncodeResult's form.
 type SubmitReply struct {
 	Result []byte
