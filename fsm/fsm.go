@@ -175,8 +175,11 @@ func (f *FSM) Get(poolName, value string) (Allocation, error) {
 // List returns up to limit allocations of the named pool in ascending
 // order, starting after the value after ("" from the start), held by owner
 // ("" for any owner). next is the last value returned when more may follow,
-// else "".
+// else "". A limit below 1 is refused (CodeInvalidArgument).
 func (f *FSM) List(poolName, owner, after string, limit int) (allocs []Allocation, next string, err error) {
+	if limit < 1 {
+		return nil, "", errorf(CodeInvalidArgument, "limit is %d; want 1 or more", limit)
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	p, ok := f.s.pools[poolName]

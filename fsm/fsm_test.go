@@ -227,6 +227,10 @@ func TestList(t *testing.T) {
 	assert.ErrorIs(t, err, &Error{Code: CodeInvalidArgument})
 	_, _, err = h.f.List("nope", "", "", 1)
 	assert.ErrorIs(t, err, &Error{Code: CodePoolNotFound})
+	for _, limit := range []int{0, -1} {
+		_, _, err = h.f.List("p", "", "", limit)
+		assert.ErrorIs(t, err, &Error{Code: CodeInvalidArgument}, "List(limit %d)", limit)
+	}
 }
 
 // answer is r as a caller sees it: its allocations built, whether the
