@@ -186,6 +186,10 @@ var (
 		"Free bytes on the file system holding the data directory; below --min-free-disk the node refuses client writes.", nil, nil)
 	raftLogDesc  = prometheus.NewDesc("rangealloc_raft_log_bytes", "Size of the Raft log and stable store: raft.db, or the wal/ directory with --log-store wal.", nil, nil)
 	snapshotDesc = prometheus.NewDesc("rangealloc_snapshot_bytes", "Bytes of the snapshots kept in the data directory.", nil, nil)
+	stallsDesc   = prometheus.NewDesc("rangealloc_disk_stalls_total",
+		"Times a write to the Raft log or stable store went unanswered for longer than --disk-stall-timeout.", nil, nil)
+	stalledDesc = prometheus.NewDesc("rangealloc_disk_stalled",
+		"1 while a write to the Raft log or stable store has gone unanswered for longer than --disk-stall-timeout, else 0.", nil, nil)
 )
 
 // diskCollector reports the disk gauges: what the node last read of its
@@ -196,6 +200,8 @@ func (c diskCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- diskFreeDesc
 	ch <- raftLogDesc
 	ch <- snapshotDesc
+	ch <- stallsDesc
+	ch <- stalledDesc
 }
 
 func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
@@ -203,4 +209,10 @@ func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(diskFreeDesc, prometheus.GaugeValue, float64(s.Free))
 	ch <- prometheus.MustNewConstMetric(raftLogDesc, prometheus.GaugeValue, float64(s.RaftLogBytes))
 	ch <- prometheus.MustNewConstMetric(snapshotDesc, prometheus.GaugeValue, float64(s.SnapshotBytes))
+	ch <- prometheus.MustNewConstMetric(stallsDesc, prometheus.CounterValue, float64(s.Stalls))
+	stalled := 0.0
+	if s.Stalled {
+		stalled = 1
+	}
+	ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, stalled)
 }

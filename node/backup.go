@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/durable"
 )
 
 // Scheduled backups (Config.BackupDir). Every BackupInterval the node
@@ -154,7 +155,7 @@ func (b *backuper) writeVerified(at time.Time) (path string, index uint64, size 
 	if err = os.Rename(tmp, path); err != nil {
 		return "", 0, 0, fmt.Errorf("keep backup: %w", err)
 	}
-	if err = syncDir(b.dir); err != nil {
+	if err = durable.SyncDir(b.dir); err != nil {
 		// The backup is whole and verified; its name may not survive a
 		// power cut, which the next backup fixes.
 		return "", 0, 0, fmt.Errorf("sync backup dir %s: %w", b.dir, err)
@@ -192,16 +193,6 @@ func verifyBackup(path string) (uint64, error) {
 		return 0, err
 	}
 	return bk.Index(), nil
-}
-
-// syncDir fsyncs a directory, so that the names in it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // backupFile is one of this node's backups in the directory.
@@ -337,7 +328,7 @@ func checkBackupDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := durable.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("backup dir: %w", err)
 	}
 	f, err := os.CreateTemp(dir, ".rangealloc-probe-*.tmp")

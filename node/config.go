@@ -129,9 +129,19 @@ type Config struct {
 	// DiskCheckInterval is how often the node reads its free space and the
 	// sizes of raft.db and the snapshots.
 	DiskCheckInterval time.Duration
+	// DiskStallTimeout is how long a write to the Raft log or stable store
+	// may go unanswered before the node calls its disk stalled: it then
+	// sends no Raft message until the write returns, so that a leader's
+	// followers elect another, and /readyz says disk_stalled (stall.go).
+	// 0 disables.
+	DiskStallTimeout time.Duration
 	// DiskFree, when set, replaces the file system's free-space call
 	// (statfs) on DataDir: tests fill a disk with it.
 	DiskFree func(dir string) (uint64, error)
+	// BeforeStoreWrite, when set, is called before each write to the Raft
+	// log or stable store, on the writing goroutine: tests stall a disk by
+	// blocking in it.
+	BeforeStoreWrite func()
 
 	// OnApply, when set, is called after each state-machine batch with the
 	// number of log entries and the requests' results (for metrics).
@@ -197,6 +207,7 @@ func DefaultConfig() Config {
 		BackupRetain:       24,
 		MinFreeDisk:        256 << 20,
 		DiskCheckInterval:  time.Second,
+		DiskStallTimeout:   2 * time.Second,
 	}
 }
 
@@ -293,6 +304,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BackupDir != "" && c.BackupRetain < 1 {
 		errs = append(errs, fmt.Errorf("BackupRetain is %d; want 1 or more", c.BackupRetain))
+	}
+	if c.DiskStallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("DiskStallTimeout is %v; want 0 (off) or a positive duration", c.DiskStallTimeout))
 	}
 	if c.DiskCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("DiskCheckInterval is %v; want a positive duration (start from DefaultConfig)", c.DiskCheckInterval))

@@ -69,6 +69,11 @@ type DiskStats struct {
 	// snapshots/.
 	RaftLogBytes  uint64
 	SnapshotBytes uint64
+	// Stalled is true while a write to the Raft log or stable store has
+	// gone unanswered for longer than Config.DiskStallTimeout; Stalls
+	// counts such stalls since the node started (stall.go).
+	Stalled bool
+	Stalls  uint64
 }
 
 // DiskStats returns what the node last read of its disk (every
@@ -76,7 +81,8 @@ type DiskStats struct {
 func (n *Node) DiskStats() DiskStats {
 	d := &n.disk
 	return DiskStats{Free: d.free.Load(), Floor: n.cfg.MinFreeDisk, Low: d.low.Load(),
-		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load()}
+		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load(),
+		Stalled: n.store.stall.stalled.Load(), Stalls: n.store.stall.stalls.Load()}
 }
 
 // startDiskWatch reads the disk once, so that a node started on a full

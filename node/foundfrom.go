@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/durable"
 )
 
 // A lone node (no Peers, no Join) with an empty data directory founds a
@@ -48,7 +49,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 	cfg := n.cfg
 	// A marker without state is a founding that never happened: this one
 	// decides anew.
-	if err := removeFileSync(cfg.DataDir, restorePendingFile); err != nil {
+	if err := durable.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); err != nil {
 		return nil, err
 	}
 	if cfg.RestoreFrom != "" {
@@ -64,7 +65,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 				"there are now two clusters that hand out the same values", "backup", cfg.RestoreFrom, "members", ids)
 		}
 		pending := fmt.Sprintf("%016x %s\n", b.Fingerprint(), cfg.RestoreFrom)
-		if err := writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile), []byte(pending)); err != nil {
+		if err := durable.WriteFile(filepath.Join(cfg.DataDir, restorePendingFile), []byte(pending), 0o600); err != nil {
 			return nil, fmt.Errorf("keep %s: %w", restorePendingFile, err)
 		}
 		return b, nil
@@ -214,7 +215,7 @@ func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	// its level was raised (establish raises it only in the process that
 	// bootstrapped): finish that too.
 	n.raiseOnFounding(ctx)
-	if err := removeFileSync(n.cfg.DataDir, restorePendingFile); err != nil {
+	if err := durable.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
 		return err
 	}
 	n.restoring.Store(false)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/snapshot"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,8 +121,8 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	// without restoring over what was written since.
 	b, err := readBackupFile(backup)
 	require.NoError(t, err)
-	require.NoError(t, writeFileSync(filepath.Join(cfg.DataDir, restorePendingFile),
-		[]byte(fmt.Sprintf("%016x %s\n", b.Fingerprint(), backup))))
+	require.NoError(t, durable.WriteFile(filepath.Join(cfg.DataDir, restorePendingFile),
+		[]byte(fmt.Sprintf("%016x %s\n", b.Fingerprint(), backup)), 0o600))
 	openHolding(ctx, t, cfg, append(acked, later...), "the restore is not applied twice")
 	_, err = os.Stat(filepath.Join(cfg.DataDir, restorePendingFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the founding is done")

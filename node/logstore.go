@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/rangealloc/rangealloc/internal/durable"
 )
 
 // The Raft log stores a node can keep its log, term and vote in.
@@ -95,7 +96,7 @@ func resolveLogStore(dir, want string, record bool) (string, error) {
 	if !record {
 		return store, nil
 	}
-	if err := writeFileSync(path, []byte(store+"\n")); err != nil {
+	if err := durable.WriteFile(path, []byte(store+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("record the log store in %s: %w", path, err)
 	}
 	return store, nil

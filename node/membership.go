@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 	"github.com/rangealloc/rangealloc/version"
 )
@@ -75,7 +76,7 @@ func (n *Node) takePart(ctx context.Context) error {
 		}
 		// A founding marker from an earlier start with Peers (a founding
 		// that never happened) must not outlive the join, as below.
-		return removeFileSync(n.cfg.DataDir, foundingFile)
+		return durable.Remove(filepath.Join(n.cfg.DataDir, foundingFile))
 	case len(n.cfg.Peers) > 0:
 		id, err := n.found(ctx)
 		if err != nil {
@@ -99,13 +100,13 @@ func (n *Node) takePart(ctx context.Context) error {
 	}
 	// the log store holds state now, and says so; a founding marker left behind
 	// would let a later, partly emptied directory skip the questions.
-	return removeFileSync(n.cfg.DataDir, foundingFile)
+	return durable.Remove(filepath.Join(n.cfg.DataDir, foundingFile))
 }
 
 // keepClusterID makes id this node's cluster ID, in memory and in the
 // data directory, before its Raft port opens.
 func (n *Node) keepClusterID(id string) error {
-	if err := writeFileSync(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n")); err != nil {
+	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n"), 0o600); err != nil {
 		return fmt.Errorf("keep the cluster ID: %w", err)
 	}
 	n.clusterID.Store(id)
@@ -170,7 +171,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 				return "", err
 			}
 			c := uuid.NewString()
-			if err := writeFileSync(marker, []byte(c+"\n")); err != nil {
+			if err := durable.WriteFile(marker, []byte(c+"\n"), 0o600); err != nil {
 				return "", fmt.Errorf("write %s: %w", marker, err)
 			}
 			n.offerCandidate(c)
@@ -301,9 +302,11 @@ func (n *Node) probeReply() *wire.ProbeReply {
 	// A leader says it leads only once it has applied an entry of its
 	// term: before, its commit index may be below what the leader before
 	// it committed, and a follower that had applied less would take that
-	// as its word and say it is ready (followLoop).
+	// as its word and say it is ready (followLoop). Nor before it has
+	// written the configured pools and service network, which a follower
+	// that says it is ready must hold.
 	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: ready, Candidate: candidate,
-		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader() && n.ready.Load()}
+		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.leading()}
 	r.LastIndex = n.raft.LastIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

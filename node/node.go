@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/transport"
 )
 
@@ -55,6 +56,12 @@ type Node struct {
 	// it took over: only then does it serve linearizable reads.
 	ready     atomic.Bool
 	leaderGen atomic.Uint64
+	// settled is the leadership (a leaderGen value) whose establish has
+	// written what this node's configuration says: until then the leader
+	// is not ready, nor does it tell followers it leads, so that a call
+	// made once /readyz says ready finds the configured pools and the
+	// service network.
+	settled atomic.Uint64
 	// bootstrapped is true when this process created the cluster's initial
 	// configuration, so its first leadership creates cfg.Pools.
 	bootstrapped bool
@@ -220,11 +227,12 @@ func (n *Node) start(ctx context.Context) error {
 	n.startAutopilot()
 	n.goFunc(n.followLoop)
 	n.startDiskWatch()
+	n.startStallWatch()
 	if disk.hasState {
 		// A founding marker left by a crash between bootstrap and its
 		// removal (takePart) would let this directory, once emptied, skip
 		// the questions that refuse a lost voter.
-		if err := removeFileSync(n.cfg.DataDir, foundingFile); err != nil {
+		if err := durable.Remove(filepath.Join(n.cfg.DataDir, foundingFile)); err != nil {
 			return err
 		}
 		n.mux.OpenRaft()
@@ -299,11 +307,12 @@ func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error
 		return nil, nil, err
 	}
 	n.store = newMarkedStore(s, n.cfg.DataDir, marked)
+	n.store.before = n.cfg.BeforeStoreWrite
 	logs, err := raft.NewLogCache(1024, n.store)
 	if err != nil {
 		return nil, nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
+	snaps, err := openSnapshots(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
@@ -352,17 +361,18 @@ func nodeID(cfg Config) (string, error) {
 	if id == "" {
 		id = uuid.NewString()
 	}
-	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+	if err := durable.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("keep node ID: %w", err)
 	}
 	return id, nil
 }
 
-// privateDataDir creates the data dir readable by this user alone: its
+// privateDataDir creates the data dir (durably: a data dir whose entry a
+// power cut took would start empty) readable by this user alone: its
 // log and snapshots hold every owner and Service. One that exists keeps
 // its mode (an operator chose it), with a warning when others may read it.
 func privateDataDir(dir string, logger hclog.Logger) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	fi, err := os.Stat(dir)
@@ -374,48 +384,6 @@ func privateDataDir(dir string, logger hclog.Logger) error {
 			"path", dir, "mode", fmt.Sprintf("%#o", perm), "fix", "chmod 700 "+dir)
 	}
 	return nil
-}
-
-// removeFileSync removes name from dir, if there, and makes the removal
-// durable: a marker that came back after a power cut would say again what
-// it said.
-func removeFileSync(dir, name string) error {
-	switch err := os.Remove(filepath.Join(dir, name)); {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("remove %s: %w", name, err)
-	}
-	return syncDir(dir)
-}
-
-// writeFileSync writes a file (0600) and its directory entry durably.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // goFunc runs fn on a goroutine owned by the node: Close waits for it.
@@ -435,6 +403,12 @@ func (n *Node) RaftAddr() string { return n.addr }
 
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// leading reports whether this node leads and serves: it has applied an
+// entry of its term and written what its configuration says (establish).
+func (n *Node) leading() bool {
+	return n.IsLeader() && n.ready.Load() && n.settled.Load() == n.leaderGen.Load()
+}
 
 // WaitForLeader blocks until the cluster has a leader this node knows of.
 func (n *Node) WaitForLeader(ctx context.Context) error {
@@ -493,14 +467,14 @@ func (n *Node) leaderLoop() {
 			}
 			if n.leaderGen.Load() == gen && n.IsLeader() {
 				n.ready.Store(true)
-				n.goFunc(n.establish)
+				n.goFunc(func() { n.establish(gen) })
 			}
 		}
 	}
 }
 
 // establish makes the replicated state hold what this node's configuration says.
-func (n *Node) establish() {
+func (n *Node) establish(gen uint64) {
 	defer n.establishOnce.Do(func() { close(n.established) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -530,6 +504,7 @@ func (n *Node) establish() {
 	}
 	if !n.bootstrapped {
 		n.ensureServiceNetwork(ctx)
+		n.settled.Store(gen)
 		return
 	}
 	for _, p := range n.cfg.Pools {
@@ -547,8 +522,9 @@ func (n *Node) establish() {
 		}
 	}
 	n.ensureServiceNetwork(ctx)
+	n.settled.Store(gen)
 	// Last: it waits for every founder to answer, and a founder that is
-	// down must not hold up the pools.
+	// down must not hold up the pools, nor readiness.
 	n.raiseOnFounding(ctx)
 }
 

@@ -16,6 +16,7 @@ const (
 	ReasonNotAMember    = "not_a_member"  // it is not in the cluster's configuration
 	ReasonCatchingUp    = "catching_up"   // it has not applied what the leader has committed
 	ReasonDiskFull      = "disk_full"     // its free disk is below Config.MinFreeDisk: it refuses client writes
+	ReasonDiskStalled   = "disk_stalled"  // a write to its Raft log store has not returned within Config.DiskStallTimeout
 )
 
 // Readiness says whether a node can serve, and if not, why.
@@ -87,6 +88,10 @@ func (n *Node) Readiness() Readiness {
 	if n.starting.Load() {
 		return not(ReasonBootstrapping, "this node has not founded or joined a cluster yet")
 	}
+	if n.DiskStalled() {
+		return not(ReasonDiskStalled, "a write to the Raft log store in %s has not returned within %v (--disk-stall-timeout): "+
+			"this node sends no Raft message until it does", n.cfg.DataDir, n.cfg.DiskStallTimeout)
+	}
 	if e := n.diskLowError(); e != nil {
 		return not(ReasonDiskFull, "%s", e.Message)
 	}
@@ -99,8 +104,11 @@ func (n *Node) Readiness() Readiness {
 	}
 	applied := n.fsm.AppliedIndex()
 	if leader == raft.ServerID(n.id) {
-		if !n.ready.Load() {
+		switch {
+		case !n.ready.Load():
 			return not(ReasonCatchingUp, "this leader has not applied an entry of its term yet")
+		case !n.leading():
+			return not(ReasonCatchingUp, "this leader has not yet written its configured pools and service network")
 		}
 		return Readiness{Ready: true}
 	}

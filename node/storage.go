@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"go.etcd.io/bbolt"
 )
 
@@ -127,7 +128,7 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 			"the log starts at index %d, but no snapshot holds the entries before it (newest snapshot: %s)", first, newest)}
 	}
 	if st.hasState && !st.marked { // a directory from before the marker existed
-		if err := writeFileSync(filepath.Join(dir, markerFile), []byte(markerText)); err != nil {
+		if err := durable.WriteFile(filepath.Join(dir, markerFile), []byte(markerText), 0o600); err != nil {
 			return st, fmt.Errorf("write %s: %w", markerFile, err)
 		}
 		st.marked = true
@@ -348,10 +349,13 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 // learned from a heartbeat grants no vote), and a log write fails.
 type markedStore struct {
 	raftStore
-	once sync.Once
-	err  error
-	path string
-	done bool
+	stall stallWatch // times every write (stall.go)
+	// before is Config.BeforeStoreWrite.
+	before func()
+	once   sync.Once
+	err    error
+	path   string
+	done   bool
 
 	mu sync.RWMutex
 	// mu guards the following: writes hold it shared, Close exclusively.
@@ -382,6 +386,11 @@ func (m *markedStore) write(logs bool, fn func() error) error {
 	case m.closed:
 		return nil
 	}
+	m.stall.begin()
+	defer m.stall.end()
+	if m.before != nil {
+		m.before()
+	}
 	return fn()
 }
 
@@ -408,7 +417,7 @@ func (m *markedStore) mark() error {
 	if m.done {
 		return nil
 	}
-	m.once.Do(func() { m.err = writeFileSync(m.path, []byte(markerText)) })
+	m.once.Do(func() { m.err = durable.WriteFile(m.path, []byte(markerText), 0o600) })
 	if m.err != nil {
 		return fmt.Errorf("write the state marker %s: %w", m.path, m.err)
 	}

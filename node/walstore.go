@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"go.etcd.io/bbolt"
 )
 
@@ -51,7 +52,7 @@ func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err 
 		if err := os.Mkdir(path, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
-		if err := syncDir(dir); err != nil {
+		if err := durable.SyncDir(dir); err != nil {
 			return nil, fmt.Errorf("sync %s: %w", dir, err)
 		}
 	}

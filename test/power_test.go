@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/service"
 	"github.com/rangealloc/rangealloc/test/cluster"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -84,4 +89,159 @@ func truncatedTailRestart(t *testing.T, store string) {
 	}
 	c.EnsureSame(t)
 	requireAcked(ctx, t, c.Members[l.Index].Node, acked)
+}
+
+// valve stalls the store writes of a node while shut: its disk, frozen.
+type valve struct {
+	mu sync.Mutex
+	// mu guards the following
+	open chan struct{} // closed while writes pass
+}
+
+func newValve() *valve {
+	v := &valve{open: make(chan struct{})}
+	close(v.open)
+	return v
+}
+
+// wait blocks while the valve is shut (node.Config.BeforeStoreWrite).
+func (v *valve) wait() {
+	v.mu.Lock()
+	ch := v.open
+	v.mu.Unlock()
+	<-ch
+}
+
+func (v *valve) shut() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-v.open:
+		v.open = make(chan struct{})
+	default:
+	}
+}
+
+func (v *valve) release() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-v.open:
+	default:
+		close(v.open)
+	}
+}
+
+// stallCluster starts three nodes whose store writes pass through a valve
+// each, with DiskStallTimeout stall (0: off).
+func stallCluster(t *testing.T, store string, stall time.Duration) (*cluster.Cluster, map[string]*valve) {
+	valves := map[string]*valve{}
+	for i := 0; i < 3; i++ {
+		valves[fmt.Sprintf("n%d", i)] = newValve()
+	}
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store, Tune: func(cfg *node.Config) {
+		cfg.DiskStallTimeout = stall
+		cfg.BeforeStoreWrite = valves[cfg.ID].wait
+	}})
+	t.Cleanup(func() { // before the cluster's own clean-up: a node closes once its writes return
+		for _, v := range valves {
+			v.release()
+		}
+	})
+	return c, valves
+}
+
+// TestDiskStallLeaderGivesWay: the leader's disk stops answering. Writes
+// through a follower resume once the stall timeout has passed and the
+// others have elected a leader; the stalled node says disk_stalled. When
+// its disk answers again it follows, with every acknowledged value, and a
+// write it had taken when its disk stalled is applied once at most: asked
+// again under its request ID, it gives one value.
+func TestDiskStallLeaderGivesWay(t *testing.T) { forEachLogStore(t, diskStallLeaderGivesWay) }
+
+func diskStallLeaderGivesWay(t *testing.T, store string) {
+	const stall = 500 * time.Millisecond
+	c, valves := stallCluster(t, store, stall)
+	l := waitPools(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	acked := allocateAcked(ctx, t, l.Node, 10)
+	var rest []int
+	for _, m := range c.Members {
+		if m != l {
+			rest = append(rest, m.Index)
+		}
+	}
+	f := c.Members[rest[0]]
+
+	valves[l.ID].shut()
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := l.Node.Allocate(ctx, "ip", "", "stuck", 0, "stuck")
+		stuck <- err
+	}()
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	got, err := f.Node.Allocate(wctx, "ip", "", "during", 0, "during")
+	cancel()
+	require.NoError(t, err, "a write through a follower while the leader's disk is stalled")
+	t.Logf("a write through a follower succeeded %v after the leader's disk stalled (timeout %v)", time.Since(start).Round(time.Millisecond), stall)
+	acked[got[0].Value] = "during"
+	nl := c.LeaderAmong(rest...)
+	assert.True(t, l.Node.DiskStalled())
+	assert.Equal(t, node.ReasonDiskStalled, l.Node.Readiness().Reason)
+	for i := 0; i < 10; i++ {
+		owner := fmt.Sprintf("after-%d", i)
+		got, err := c.Members[rest[i%2]].Node.Allocate(ctx, "ip", "", owner, 0, owner)
+		require.NoError(t, err)
+		acked[got[0].Value] = owner
+	}
+
+	valves[l.ID].release()
+	require.Eventually(t, func() bool { return !l.Node.DiskStalled() && l.Node.Readiness().Ready }, 20*time.Second, 20*time.Millisecond,
+		"the node whose disk answers again follows the new leader")
+	assert.False(t, l.Node.IsLeader())
+	assert.EqualValues(t, 1, l.Node.DiskStats().Stalls, "one stall counted")
+	first := <-stuck
+	again, err := nl.Node.Allocate(ctx, "ip", "", "stuck", 0, "stuck")
+	require.NoError(t, err, "the write asked again under its request ID (the first answered %v)", first)
+	held, _, err := nl.Node.List(ctx, node.Linearizable, "ip", "stuck", "", 10)
+	require.NoError(t, err)
+	require.Len(t, held, 1, "the stalled leader's write is applied once at most")
+	assert.Equal(t, again[0].Value, held[0].Value)
+	c.EnsureSame(t)
+	requireAcked(ctx, t, l.Node, acked)
+}
+
+// TestReadyNotBeforePools: a node that says it is ready holds the
+// configured pools and service network, on a leader and on followers,
+// however slowly the founding leader writes them (each store write here
+// takes 20 ms more). It used to say ready once the leader had applied an
+// entry of its term, before the pools existed, and allocations then got
+// PoolNotFound.
+func TestReadyNotBeforePools(t *testing.T) {
+	for _, size := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
+			c := cluster.New(t, size, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+				cfg.BeforeStoreWrite = func() { time.Sleep(20 * time.Millisecond) }
+				cfg.ServiceNetwork = &fsm.ServiceNetwork{Families: []service.Family{service.IPv4}, IPv4Pool: "ip", NodePortPool: "port"}
+			}})
+			seen := map[string]bool{}
+			require.Eventually(t, func() bool {
+				for _, m := range c.Members {
+					if seen[m.ID] || !m.Node.Readiness().Ready {
+						continue
+					}
+					seen[m.ID] = true
+					st := m.Node.LocalState()
+					var names []string
+					for _, p := range st.Pools() {
+						names = append(names, p.Name)
+					}
+					assert.ElementsMatch(t, []string{"ip", "port"}, names, "%s says it is ready", m.ID)
+					assert.Equal(t, "ip", st.ServiceNetwork().IPv4Pool, "%s says it is ready", m.ID)
+				}
+				return len(seen) == size
+			}, 30*time.Second, time.Millisecond, "every node ready")
+		})
+	}
 }

@@ -62,8 +62,16 @@ type raftLayer struct {
 var _ raft.StreamLayer = (*raftLayer)(nil)
 
 // Dial connects to the Raft protocol of the Mux at addr and shakes hands.
+// While the Mux holds Raft messages (HoldRaft), it fails with ErrRaftHeld.
 func (l *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return l.m.dial(string(addr), timeout, ProtoRaft, func(addr string, timeout time.Duration) (net.Conn, error) {
+	if l.m.RaftHeld() {
+		return nil, ErrRaftHeld
+	}
+	conn, err := l.m.dial(string(addr), timeout, ProtoRaft, func(addr string, timeout time.Duration) (net.Conn, error) {
 		return net.DialTimeout("tcp", addr, timeout)
 	}, l.m.clusterID())
+	if err != nil {
+		return nil, err
+	}
+	return l.m.out.track(conn)
 }

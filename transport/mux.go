@@ -54,6 +54,7 @@ type Mux struct {
 	raftOpen  atomic.Bool
 	raft      *logical
 	rpc       *logical
+	out       raftOut // the Raft connections this node dialed (HoldRaft)
 
 	closed    chan struct{} // closed by Close: stops the accept loop and every route
 	closeOnce sync.Once

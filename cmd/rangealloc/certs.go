@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/rangealloc/rangealloc/certs"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/spf13/cobra"
 )
 
@@ -257,7 +258,7 @@ func runCertsInit(w io.Writer, g *globals, f *certsInitFlags) error {
 				Hosts: n.hosts, Until: until, note: n.id + ": " + strings.Join(n.hosts, ", ")}, certPEM, 0o644})
 	}
 
-	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+	if err := durable.MkdirAll(f.dir, 0o700); err != nil {
 		return fmt.Errorf("--dir: %v", err)
 	}
 	for _, p := range todo {
@@ -330,41 +331,12 @@ func exists(path string) (bool, error) {
 	}
 }
 
-// writeFileAtomic writes data to path with perm: into a temporary file in
-// the same directory (created readable by the owner only), synced, then
-// renamed over path, so that a crash leaves the old file or the new one
-// and never half a key.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+// writeFileAtomic writes data to path with perm, durably and atomically
+// (durable.WriteFile), so that a crash or a power cut leaves the old file
+// or the new one and never half a key.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	if err := durable.WriteFile(path, data, perm); err != nil {
 		return fmt.Errorf("writing %s: %v", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("writing %s: %v", path, err)
-		}
-	}()
-	if err = tmp.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync() // make the rename durable
-		d.Close()
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/internal/human"
 	"github.com/spf13/cobra"
 )
@@ -416,8 +417,9 @@ to save what a survivor holds when the cluster has lost its quorum.`,
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(args[0], data, 0o600); err != nil {
-				return err
+			// Synced before "saved" is printed: the runbooks rely on this file.
+			if err := durable.WriteFile(args[0], data, 0o600); err != nil {
+				return fmt.Errorf("save %s: %w", args[0], err)
 			}
 			return g.print(cmd.OutOrStdout(), map[string]any{"file": args[0], "bytes": len(data)}, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "saved %d bytes to %s in %s\n", len(data), args[0], time.Since(start).Round(time.Millisecond))

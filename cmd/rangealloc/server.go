@@ -144,6 +144,8 @@ node whose --backup-dir holds backups --found-empty.`,
 	fl.IntVar(&f.tuning.MaxInflight, "max-inflight", f.tuning.MaxInflight, "log entries the leader keeps in flight; requests arriving meanwhile share the next one (advanced)")
 	fl.Var((*byteSize)(&f.tuning.MinFreeDisk), "min-free-disk",
 		"free space the data dir's file system keeps: below it the node refuses writes (507 InsufficientStorage), /readyz says disk_full, and a leader hands leadership to a node with space; 256MiB, 1GiB or bytes; 0 disables")
+	fl.DurationVar(&f.tuning.DiskStallTimeout, "disk-stall-timeout", f.tuning.DiskStallTimeout,
+		"how long a write to the Raft log may go unanswered before the node calls its disk stalled: it then sends no Raft message until the write returns, so that a leader gives way to another, and /readyz says disk_stalled; 0 disables")
 	fl.Var((*byteSize)(&f.tuning.WALSegmentSize), "wal-segment-size", "with --log-store wal: the size of its segment files (tests)")
 	_ = fl.MarkHidden("wal-segment-size")
 	fl.DurationVar(&f.tuning.BatchWait, "batch-wait", f.tuning.BatchWait, "at most how long the leader holds a log entry open, and a follower a batch of forwarded writes, for the callers it just answered to ask again (never longer than the last entry or call took); 0 sends at once (advanced)")

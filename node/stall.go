@@ -1,0 +1,152 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A stalled disk: a write to the Raft log or stable store that has not
+// returned within Config.DiskStallTimeout.
+//
+// hashicorp/raft's leader stores each batch of entries on its own disk
+// from its leader loop, before it replicates them. When that write blocks,
+// the loop blocks, and so does every write of the cluster; but the
+// leader's heartbeats come from other goroutines and go on, so the
+// followers never time out and never elect another leader
+// (hashicorp/raft#503). etcd does not have this problem: its heartbeats
+// come from the loop that writes its WAL, so a stalled disk silences them.
+//
+// A node does the same here. While a store write is older than the
+// timeout, the node sends no Raft message at all: the Mux closes every
+// Raft connection this node dialed and refuses new ones (HoldRaft). Its
+// followers hear nothing, elect a leader among themselves, and writes
+// resume within the timeout plus an election. Raft messages that other
+// nodes send to this one still arrive, and its answers still leave.
+//
+// The write that stalled is never abandoned: it is still running when
+// the node holds its messages, and Raft waits for it as it always does.
+// When it returns, the node lets its messages out again; Raft carries on
+// from where it was, learns the new term from the first answer it gets,
+// and steps down. The entries it appended alone were never replicated,
+// so never committed, and the new leader's log overwrites them as it
+// would any follower's uncommitted tail. Nothing is lost and nothing is
+// applied twice, because Raft's view of its log never differs from the
+// disk's.
+//
+// Timing out the write instead (returning an error to Raft while the
+// write goes on) makes Raft step down at once, but the abandoned write
+// may still land later: Raft then believes its log ends before entries
+// the disk holds, and raft-wal refuses the next append as out of order.
+// That is what the node avoids.
+//
+// /readyz says disk_stalled meanwhile; rangealloc_disk_stalls_total
+// counts the stalls. A follower's stalled disk stops nothing: the other
+// two nodes commit without it.
+
+// stallWatch times the log and stable store's writes in flight. Every
+// write calls begin and end; the node's stallLoop calls check.
+type stallWatch struct {
+	stalled atomic.Bool   // a write has been in flight longer than the timeout
+	stalls  atomic.Uint64 // stalls so far
+
+	mu sync.Mutex
+	// mu guards the following.
+	active int       // writes in flight
+	since  time.Time // when the oldest write in flight began, or later
+	began  time.Time // when the current stall began (the write's start)
+}
+
+// begin notes a write starting.
+func (w *stallWatch) begin() {
+	w.mu.Lock()
+	if w.active == 0 {
+		w.since = time.Now()
+	}
+	w.active++
+	w.mu.Unlock()
+}
+
+// end notes a write returning. When another is still in flight, its start
+// is not known: since moves to now, which can only make a stall's verdict
+// later, never earlier.
+func (w *stallWatch) end() {
+	w.mu.Lock()
+	w.active--
+	if w.active > 0 {
+		w.since = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// Stall transitions, as check reports them.
+const (
+	stallNone  = iota // no change
+	stallBegan        // a write has been in flight longer than the timeout
+	stallEnded        // no write in flight is older than the timeout any more
+)
+
+// check decides, at now, whether the disk is stalled: a write in flight
+// for longer than timeout. It returns the transition, if any, and how
+// long the write that stalled had been running (at its start) or ran (at
+// its end).
+func (w *stallWatch) check(now time.Time, timeout time.Duration) (transition int, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	late := w.active > 0 && now.Sub(w.since) > timeout
+	switch {
+	case late && !w.stalled.Load():
+		w.began = w.since
+		w.stalled.Store(true)
+		w.stalls.Add(1)
+		return stallBegan, now.Sub(w.began)
+	case !late && w.stalled.Load():
+		w.stalled.Store(false)
+		return stallEnded, now.Sub(w.began)
+	}
+	return stallNone, 0
+}
+
+// stallCheckEvery is how often stallLoop looks: a quarter of the timeout,
+// within [10ms, 250ms].
+func stallCheckEvery(timeout time.Duration) time.Duration {
+	return min(max(timeout/4, 10*time.Millisecond), 250*time.Millisecond)
+}
+
+// stallLoop watches the store's writes, and holds this node's Raft
+// messages while one is stalled.
+func (n *Node) stallLoop() {
+	timeout := n.cfg.DiskStallTimeout
+	t := time.NewTicker(stallCheckEvery(timeout))
+	defer t.Stop()
+	for {
+		var now time.Time
+		select {
+		case <-n.shutdown:
+			return
+		case now = <-t.C:
+		}
+		switch tr, d := n.store.stall.check(now, timeout); tr {
+		case stallBegan:
+			n.mux.HoldRaft(true)
+			n.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
+				"until it does, so that the others elect a leader", "waiting", d.Round(time.Millisecond), "disk_stall_timeout", timeout,
+				"data_dir", n.cfg.DataDir)
+		case stallEnded:
+			n.mux.HoldRaft(false)
+			n.logger.Warn("disk answers again; this node takes part in Raft again, as a follower if another node leads",
+				"stalled_for", d.Round(time.Millisecond))
+		}
+	}
+}
+
+// startStallWatch starts stallLoop unless Config.DiskStallTimeout is 0.
+func (n *Node) startStallWatch() {
+	if n.cfg.DiskStallTimeout > 0 {
+		n.goFunc(n.stallLoop)
+	}
+}
+
+// DiskStalled reports whether a write to this node's Raft log or stable
+// store has gone unanswered for longer than Config.DiskStallTimeout.
+func (n *Node) DiskStalled() bool { return n.store.stall.stalled.Load() }
