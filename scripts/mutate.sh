@@ -62,8 +62,8 @@ delete-service-needs-network | fsm/services.go | s{if s\.level\(\) < levelReleas
 healthcheck-invalid-argument | fsm/services.go | s{\t\t\tcode = CodeInvalid\n}{\t\t\tcode = CodeInvalidArgument\n} | ./fsm/ | ^TestHealthCheckNodePortOutOfRangeIsInvalid$
 backups-before-log-applied | node/backup.go | s{if applied := n\.fsm\.AppliedIndex\(\); applied < floor \{}{if applied := n.fsm.AppliedIndex(); false && applied < floor \{} | ./test/ | ^TestScheduledBackupsWaitAfterRestart$
 restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)\n\tif err := n\.wait\(n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\)}{term := n.raft.CurrentTerm()\n\tif err := n.wait(n.raft.Barrier(0))} | ./test/ | ^TestReadyAfterRepeatedRestore$
-founding-marker-outlives-join | node/membership.go | s{\t\treturn removeFileSync\(n\.cfg\.DataDir, foundingFile\)\n}{\t\treturn nil\n} | ./test/ | ^TestWholeClusterLost$
-founding-marker-kept | node/node.go | s{if err := removeFileSync\(n\.cfg\.DataDir, foundingFile\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
+founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\)\n}{\t\treturn nil\n} | ./test/ | ^TestWholeClusterLost$
+founding-marker-kept | node/node.go | s{if err := durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
 join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
 forward-sends-abandoned | node/fwdbatch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/ | ^TestAbandonedBeforeSendIsNotSent$
 large-result-applied | fsm/state.go | s{len\(enc\) > maxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
@@ -99,6 +99,8 @@ founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangeallo
 wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
 strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
 member-removal-key-unremembered | node/members.go | s{if !retry && \(inTable \|\| requestID != ""\) \{}{if !retry \&\& inTable \{} | ./node/ | ^TestRemoveMemberRetried$
+disk-stall-never-held | node/stall.go | s{\t\t\tn\.mux\.HoldRaft\(true\)\n}{} | ./test/ | ^TestDiskStallLeaderGivesWay$
+ready-before-pools | node/node.go | s{ && n\.settled\.Load\(\) == n\.leaderGen\.Load\(\)}{} | ./test/ | ^TestReadyNotBeforePools$
 EOF
 )
 
