@@ -82,7 +82,7 @@ func (n *Node) DiskStats() DiskStats {
 	d := &n.disk
 	return DiskStats{Free: d.free.Load(), Floor: n.cfg.MinFreeDisk, Low: d.low.Load(),
 		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load(),
-		Stalled: n.store.stall.stalled.Load(), Stalls: n.store.stall.stalls.Load()}
+		Stalled: n.stall.stalled.Load(), Stalls: n.stall.stalls.Load()}
 }
 
 // startDiskWatch reads the disk once, so that a node started on a full

@@ -100,6 +100,8 @@ type Node struct {
 	backups *backuper
 	// disk is what this node last read of its disk (disk.go).
 	disk diskWatch
+	// stall times the log store's writes (stall.go).
+	stall stallWatch
 
 	shutdown chan struct{}
 	// raftDown is closed once Raft has stopped: a future it has not
@@ -308,6 +310,7 @@ func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error
 	}
 	n.store = newMarkedStore(s, n.cfg.DataDir, marked)
 	n.store.before = n.cfg.BeforeStoreWrite
+	n.store.stall = &n.stall
 	logs, err := raft.NewLogCache(1024, n.store)
 	if err != nil {
 		return nil, nil, err

@@ -126,7 +126,7 @@ func (n *Node) stallLoop() {
 			return
 		case now = <-t.C:
 		}
-		switch tr, d := n.store.stall.check(now, timeout); tr {
+		switch tr, d := n.stall.check(now, timeout); tr {
 		case stallBegan:
 			n.mux.HoldRaft(true)
 			n.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
@@ -149,4 +149,4 @@ func (n *Node) startStallWatch() {
 
 // DiskStalled reports whether a write to this node's Raft log or stable
 // store has gone unanswered for longer than Config.DiskStallTimeout.
-func (n *Node) DiskStalled() bool { return n.store.stall.stalled.Load() }
+func (n *Node) DiskStalled() bool { return n.stall.stalled.Load() }

@@ -349,7 +349,7 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 // learned from a heartbeat grants no vote), and a log write fails.
 type markedStore struct {
 	raftStore
-	stall stallWatch // times every write (stall.go)
+	stall *stallWatch // times every write (stall.go)
 	// before is Config.BeforeStoreWrite.
 	before func()
 	once   sync.Once
@@ -410,7 +410,7 @@ func (m *markedStore) IsMonotonic() bool {
 var _ raft.MonotonicLogStore = (*markedStore)(nil)
 
 func newMarkedStore(s raftStore, dir string, marked bool) *markedStore {
-	return &markedStore{raftStore: s, path: filepath.Join(dir, markerFile), done: marked}
+	return &markedStore{raftStore: s, stall: new(stallWatch), path: filepath.Join(dir, markerFile), done: marked}
 }
 
 func (m *markedStore) mark() error {
