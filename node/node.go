@@ -29,13 +29,16 @@ type Node struct {
 	addr   string // advertised Raft address
 	logger hclog.Logger
 
-	fsm      *fsm.FSM
-	raft     *raft.Raft
-	mux      *transport.Mux
-	trans    *raft.NetworkTransport
-	store    *markedStore
-	logStore string // LogStoreBolt or LogStoreWAL, as the data directory records
-	fwd      *forwarder
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	mux   *transport.Mux
+	trans *raft.NetworkTransport
+	// raftTrans is the transport Raft uses: trans, or what
+	// Config.WrapTransport made of it.
+	raftTrans raft.Transport
+	store     *markedStore
+	logStore  string // LogStoreBolt or LogStoreWAL, as the data directory records
+	fwd       *forwarder
 	// batchers queue the writes forwarded to each leader address
 	// (fwdbatch.go); fwdMu guards the map.
 	fwdMu    sync.Mutex
@@ -202,6 +205,7 @@ func (n *Node) start(ctx context.Context) error {
 	if cfg.WrapTransport != nil {
 		trans = cfg.WrapTransport(trans)
 	}
+	n.raftTrans = trans
 	logs, snaps, err := n.openStores(disk.marked)
 	if err != nil {
 		return err

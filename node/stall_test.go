@@ -44,8 +44,8 @@ func TestStallWatch(t *testing.T) {
 
 func TestStallCheckEvery(t *testing.T) {
 	for _, c := range []struct{ timeout, want time.Duration }{
-		{2 * time.Second, 250 * time.Millisecond},
-		{400 * time.Millisecond, 100 * time.Millisecond},
+		{2 * time.Second, 100 * time.Millisecond},
+		{500 * time.Millisecond, 50 * time.Millisecond},
 		{time.Millisecond, 10 * time.Millisecond},
 	} {
 		assert.Equal(t, c.want, stallCheckEvery(c.timeout), "stallCheckEvery(%v)", c.timeout)

@@ -213,20 +213,24 @@ func waitVoter(t *testing.T, p *proc, id string) {
 	}, 30*time.Second, 100*time.Millisecond, "%s is a voter", id)
 }
 
-// sameRangeAllocation waits until every node holds the same bitmap of pool.
+// sameRangeAllocation waits until every node holds the bitmap of pool
+// that a linearizable read returns, once no write is going on.
 func sameRangeAllocation(t *testing.T, ps []*proc, pool string) {
 	t.Helper()
 	var want []byte
+	require.Eventually(t, func() bool {
+		for _, p := range ps {
+			if ra, err := p.client().RangeAllocation(ctxE(t), pool, client.Options{}); err == nil {
+				want = ra.Data
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 100*time.Millisecond, "a linearizable read of the RangeAllocation of %s", pool)
 	for _, p := range ps {
 		require.Eventually(t, func() bool {
 			ra, err := p.client().RangeAllocation(ctxE(t), pool, client.Options{Consistency: "stale"})
-			if err != nil {
-				return false
-			}
-			if want == nil {
-				want = ra.Data
-			}
-			return string(ra.Data) == string(want)
+			return err == nil && string(ra.Data) == string(want)
 		}, 20*time.Second, 100*time.Millisecond, "%s holds the same RangeAllocation of %s", p.id, pool)
 	}
 }
