@@ -2,10 +2,13 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,8 +136,10 @@ func (v *valve) release() {
 }
 
 // stallCluster starts three nodes whose store writes pass through a valve
-// each, with DiskStallTimeout stall (0: off).
-func stallCluster(t *testing.T, store string, stall time.Duration) (*cluster.Cluster, map[string]*valve) {
+// each, with DiskStallTimeout stall (0: off). A node named in noRPC dials
+// no forwarding RPC while it is true there: it asks nobody anything (a
+// stalled leader's hand-off probes the others that way).
+func stallCluster(t *testing.T, store string, stall time.Duration, noRPC map[string]*atomic.Bool) (*cluster.Cluster, map[string]*valve) {
 	valves := map[string]*valve{}
 	for i := 0; i < 3; i++ {
 		valves[fmt.Sprintf("n%d", i)] = newValve()
@@ -142,6 +147,19 @@ func stallCluster(t *testing.T, store string, stall time.Duration) (*cluster.Clu
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store, Tune: func(cfg *node.Config) {
 		cfg.DiskStallTimeout = stall
 		cfg.BeforeStoreWrite = valves[cfg.ID].wait
+		if off := noRPC[cfg.ID]; off != nil {
+			dial := cfg.DialRPC
+			cfg.DialRPC = func(addr string, timeout time.Duration) (net.Conn, error) {
+				if off.Load() {
+					return nil, errNoRPC
+				}
+				conn, err := dial(addr, timeout)
+				if err != nil {
+					return nil, err
+				}
+				return &switchedConn{Conn: conn, off: off}, nil
+			}
+		}
 	}})
 	t.Cleanup(func() { // before the cluster's own clean-up: a node closes once its writes return
 		for _, v := range valves {
@@ -151,17 +169,43 @@ func stallCluster(t *testing.T, store string, stall time.Duration) (*cluster.Clu
 	return c, valves
 }
 
+var errNoRPC = errors.New("this node's RPC is switched off (test)")
+
+// switchedConn fails every write while off is true: a connection pooled
+// before the switch carries nothing either.
+type switchedConn struct {
+	net.Conn
+	off *atomic.Bool
+}
+
+func (c *switchedConn) Write(p []byte) (int, error) {
+	if c.off.Load() {
+		return 0, errNoRPC
+	}
+	return c.Conn.Write(p)
+}
+
 // TestDiskStallLeaderGivesWay: the leader's disk stops answering. Writes
 // through a follower resume once the stall timeout has passed and the
 // others have elected a leader; the stalled node says disk_stalled. When
 // its disk answers again it follows, with every acknowledged value, and a
 // write it had taken when its disk stalled is applied once at most: asked
 // again under its request ID, it gives one value.
-func TestDiskStallLeaderGivesWay(t *testing.T) { forEachLogStore(t, diskStallLeaderGivesWay) }
+//
+// Two ways: the stalled leader hands off (it asks the voter with the
+// longest log to take over), or it cannot (it reaches no other node's
+// RPC), and the followers elect once its Raft messages stop.
+func TestDiskStallLeaderGivesWay(t *testing.T) {
+	forEachLogStore(t, func(t *testing.T, store string) {
+		t.Run("hand-off", func(t *testing.T) { diskStallLeaderGivesWay(t, store, true) })
+		t.Run("silence", func(t *testing.T) { diskStallLeaderGivesWay(t, store, false) })
+	})
+}
 
-func diskStallLeaderGivesWay(t *testing.T, store string) {
+func diskStallLeaderGivesWay(t *testing.T, store string, handOff bool) {
 	const stall = 500 * time.Millisecond
-	c, valves := stallCluster(t, store, stall)
+	noRPC := map[string]*atomic.Bool{"n0": {}, "n1": {}, "n2": {}}
+	c, valves := stallCluster(t, store, stall, noRPC)
 	l := waitPools(t, c)
 	ctx := ctxT(t, 60*time.Second)
 	acked := allocateAcked(ctx, t, l.Node, 10)
@@ -173,6 +217,7 @@ func diskStallLeaderGivesWay(t *testing.T, store string) {
 	}
 	f := c.Members[rest[0]]
 
+	noRPC[l.ID].Store(!handOff)
 	valves[l.ID].shut()
 	stuck := make(chan error, 1)
 	go func() {
@@ -197,6 +242,7 @@ func diskStallLeaderGivesWay(t *testing.T, store string) {
 	}
 
 	valves[l.ID].release()
+	noRPC[l.ID].Store(false)
 	require.Eventually(t, func() bool { return !l.Node.DiskStalled() && l.Node.Readiness().Ready }, 20*time.Second, 20*time.Millisecond,
 		"the node whose disk answers again follows the new leader")
 	assert.False(t, l.Node.IsLeader())
