@@ -2,8 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/rpc"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +93,46 @@ func TestFoundingWaitsForTheCandidate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, stub.candidate, id, "the founder took its own candidate before it had the peer's")
 	assert.Greater(t, int(stub.probes.Load()), 1+stub.torn, "the torn replies were all seen")
+}
+
+// TestFoundingResumes: a node that bootstrapped a cluster and stopped
+// before its leadership created the configured pools (a crash or a power
+// cut between the two) still holds the unfinished-founding marker; started
+// again, it creates them as leader, then removes the marker. Without the
+// marker a node with state creates no configured pool: only a founding
+// does.
+func TestFoundingResumes(t *testing.T) {
+	for _, unfinished := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marker %t", unfinished), func(t *testing.T) {
+			cfg := testConfig(t, t.TempDir())
+			pools := cfg.Pools
+			cfg.Pools = nil // the founding's leadership creates nothing
+			n := openReady(t, cfg)
+			require.NoError(t, n.Close())
+			marker := filepath.Join(cfg.DataDir, unfinishedFile)
+			assert.NoFileExists(t, marker, "a founding whose pools exist is finished")
+			if unfinished {
+				require.NoError(t, os.WriteFile(marker, []byte(unfinishedText), 0o600))
+			}
+			cfg.Pools = pools
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			n, err := Open(ctx, cfg)
+			require.NoError(t, err)
+			defer n.Close()
+			require.NoError(t, n.WaitForLeader(ctx))
+			if !unfinished {
+				require.Eventually(t, func() bool { return n.Readiness().Ready }, 10*time.Second, 10*time.Millisecond)
+				ps, err := n.Pools(ctx, Linearizable)
+				require.NoError(t, err)
+				assert.Empty(t, ps, "a node with state and no marker creates no configured pool")
+				return
+			}
+			require.Eventually(t, func() bool {
+				ps, err := n.Pools(ctx, Linearizable)
+				_, statErr := os.Stat(marker)
+				return err == nil && len(ps) == len(pools) && errors.Is(statErr, os.ErrNotExist)
+			}, 10*time.Second, 10*time.Millisecond, "the configured pools are created and the marker removed")
+		})
+	}
 }

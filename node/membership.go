@@ -529,3 +529,50 @@ func (n *Node) nameCluster(ctx context.Context) {
 		n.logger.Warn("could not name the cluster", "error", res.Err)
 	}
 }
+
+// unfinishedFile marks a node that bootstrapped a cluster whose founding
+// writes (the founders' member rows, the configured pools, the feature
+// level) it has not yet seen done. Written, synced, before the bootstrap;
+// removed once the pools exist. A node that finds it at start, with
+// state, founds again as leader: a crash or a power cut between the
+// bootstrap and those writes would otherwise leave the cluster without
+// its configured pools for good, since only the process that bootstrapped
+// creates them. Each write carries a request ID, so writing them again
+// changes nothing that was done.
+const unfinishedFile = "founding-unfinished"
+
+const unfinishedText = "this node bootstrapped a cluster whose founding writes (member rows, configured pools, feature level) it has not seen done\n"
+
+// resumeFounding, on a node with state, takes up a founding the marker
+// says is unfinished. It runs before Raft starts.
+func (n *Node) resumeFounding() error {
+	_, err := os.Stat(filepath.Join(n.cfg.DataDir, unfinishedFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s: %w", unfinishedFile, err)
+	}
+	n.bootstrapped = true
+	n.unfinished.Store(true)
+	n.logger.Info("this node bootstrapped the cluster and its founding is unfinished: as leader it writes the configured pools")
+	return nil
+}
+
+// finishFounding removes the unfinished-founding marker once every
+// configured pool exists (whoever wrote them).
+func (n *Node) finishFounding() {
+	if !n.unfinished.Load() {
+		return
+	}
+	for _, p := range n.cfg.Pools {
+		if _, err := n.fsm.Pool(p.Name); err != nil {
+			return
+		}
+	}
+	if err := durable.Remove(filepath.Join(n.cfg.DataDir, unfinishedFile)); err != nil {
+		n.logger.Warn("could not remove the unfinished-founding marker; trying again later", "error", err)
+		return
+	}
+	n.unfinished.Store(false)
+}

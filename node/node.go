@@ -65,9 +65,13 @@ type Node struct {
 	// made once /readyz says ready finds the configured pools and the
 	// service network.
 	settled atomic.Uint64
-	// bootstrapped is true when this process created the cluster's initial
-	// configuration, so its first leadership creates cfg.Pools.
+	// bootstrapped is true when this node created the cluster's initial
+	// configuration and has not yet seen its founding finished (the
+	// unfinishedFile marker): its leadership then writes the founders'
+	// member rows, creates cfg.Pools and raises the feature level.
 	bootstrapped bool
+	// unfinished is true while unfinishedFile exists.
+	unfinished atomic.Bool
 	// established is closed once the first establish of this process has
 	// run: a founding restore waits for it, so that the state it keeps
 	// (members, cluster ID, level) is the founding's.
@@ -191,6 +195,11 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.restoring.Store(foundFrom != nil)
+	if disk.hasState {
+		if err := n.resumeFounding(); err != nil {
+			return err
+		}
+	}
 	// Raft's port opens once Raft runs (at once with state; without it,
 	// when takePart decides), so raftPeerAllowed always has n.raft.
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
@@ -338,8 +347,13 @@ func (n *Node) bootstrap() error {
 	}
 	// Set before Raft can elect this node: establish, on the goroutine
 	// that follows leadership, reads it, and the call below is what orders
-	// the two.
+	// the two. The marker makes it outlive a crash before the founding's
+	// writes are done.
+	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, unfinishedFile), []byte(unfinishedText), 0o600); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 	n.bootstrapped = true
+	n.unfinished.Store(true)
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("bootstrap: %w", err)
@@ -533,6 +547,7 @@ func (n *Node) establish(gen uint64) {
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.
 	n.raiseOnFounding(ctx)
+	n.finishFounding()
 }
 
 // Close shuts the node down. A leader with other voters hands leadership

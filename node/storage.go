@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +27,9 @@ import (
 //	  cluster-id   the cluster's ID, once the node has learned it
 //	  state        marker, written and synced before the first write to raft.db:
 //	               "this directory has held Raft state"
+//	  founding-unfinished
+//	               marker, from before the bootstrap until the configured
+//	               pools exist (membership.go)
 //	  raft.db      Raft's log and stable store (term, vote), bbolt
 //	  snapshots/   Raft's snapshots, <term>-<index>-<ms>/{meta.json,state.bin}
 //
@@ -80,10 +84,21 @@ type storageState struct {
 func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) {
 	var st storageState
 	removeTemps(dir, logger)
-	if _, err := os.Stat(filepath.Join(dir, markerFile)); err == nil {
-		st.marked = true
+	marker := filepath.Join(dir, markerFile)
+	pending := false
+	if b, err := os.ReadFile(marker); err == nil {
+		st.marked, pending = true, string(b) == pendingMarkerText
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("read %s: %w", markerFile, err)
+	}
+	// A pending marker without state: the first write to the log store
+	// never returned (a crash or a power cut during it), so this directory
+	// promised nothing and is new.
+	forget := func() error {
+		logger.Warn("the first write to the log store never completed (a crash or a power cut during it): the directory starts as a new one",
+			"marker", marker)
+		st.marked = false
+		return durable.Remove(marker)
 	}
 	snap, err := newestSnapshot(filepath.Join(dir, snapDir), logger)
 	if err != nil {
@@ -92,6 +107,11 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 	dbPath, missing, err := logStoreMissing(dir, store)
 	if err != nil {
 		return st, err
+	}
+	if missing != "" && pending {
+		if err := forget(); err != nil {
+			return st, err
+		}
 	}
 	if missing != "" {
 		if st.marked {
@@ -112,6 +132,11 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 		return st, err
 	}
 	st.hasState = term > 0 || last > 0 || snap != nil
+	if pending && !st.hasState {
+		if err := forget(); err != nil {
+			return st, err
+		}
+	}
 	switch {
 	case st.marked && !st.hasState:
 		return st, &StorageError{Path: dbPath, Problem: "holds no Raft state, but this data directory did (marker " + markerFile + ")"}
@@ -127,8 +152,8 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 		return st, &StorageError{Path: filepath.Join(dir, snapDir), Problem: fmt.Sprintf(
 			"the log starts at index %d, but no snapshot holds the entries before it (newest snapshot: %s)", first, newest)}
 	}
-	if st.hasState && !st.marked { // a directory from before the marker existed
-		if err := durable.WriteFile(filepath.Join(dir, markerFile), []byte(markerText), 0o600); err != nil {
+	if st.hasState && (!st.marked || pending) { // from before the marker existed, or a first write that returned
+		if err := durable.WriteFile(marker, []byte(markerText), 0o600); err != nil {
 			return st, fmt.Errorf("write %s: %w", markerFile, err)
 		}
 		st.marked = true
@@ -137,6 +162,11 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 }
 
 const markerText = "this data directory has held Raft state; if its log store is lost, the node refuses to start\n"
+
+// pendingMarkerText is the marker's text from before the first write to
+// the log store until that write has returned: a directory found with it
+// and no state never completed that write, so made no promise.
+const pendingMarkerText = "this data directory is taking its first Raft write; if its log store holds nothing, that write never completed\n"
 
 // logStoreMissing says what is missing of dir's log store ("" if
 // nothing: it holds a file to check) and the path at fault.
@@ -339,7 +369,11 @@ func boltBounds(path string) (term, first, last uint64, err error) {
 // markedStore is the log store (raft.db or the wal) with the state marker
 // written (and synced) before its first write, so that a data directory
 // that ever held a log entry or a vote says so even after its log store
-// is gone.
+// is gone. Before that first write the marker says it is pending; once the
+// write has returned, and before Raft can act on it, it says the directory
+// has held state. A pending marker beside a log store that holds nothing
+// is a first write that never completed (a power cut during it): the
+// directory promised nothing, and checkStorage takes it as new.
 //
 // It also outlives Close safely. hashicorp/raft answers heartbeats on the
 // transport's goroutines, outside its main loop, and one that passed
@@ -352,10 +386,11 @@ type markedStore struct {
 	stall *stallWatch // times every write (stall.go)
 	// before is Config.BeforeStoreWrite.
 	before func()
-	once   sync.Once
-	err    error
 	path   string
-	done   bool
+	done   atomic.Bool // the marker says the directory has held state
+	// The pending marker's write (mark), once, and the final one's (settle).
+	once, settleOnce sync.Once
+	err, settleErr   error
 
 	mu sync.RWMutex
 	// mu guards the following: writes hold it shared, Close exclusively.
@@ -410,16 +445,36 @@ func (m *markedStore) IsMonotonic() bool {
 var _ raft.MonotonicLogStore = (*markedStore)(nil)
 
 func newMarkedStore(s raftStore, dir string, marked bool) *markedStore {
-	return &markedStore{raftStore: s, stall: new(stallWatch), path: filepath.Join(dir, markerFile), done: marked}
+	m := &markedStore{raftStore: s, stall: new(stallWatch), path: filepath.Join(dir, markerFile)}
+	m.done.Store(marked)
+	return m
 }
 
+// mark writes the marker, pending, before the first write to the store.
 func (m *markedStore) mark() error {
-	if m.done {
+	if m.done.Load() {
 		return nil
 	}
-	m.once.Do(func() { m.err = durable.WriteFile(m.path, []byte(markerText), 0o600) })
+	m.once.Do(func() { m.err = durable.WriteFile(m.path, []byte(pendingMarkerText), 0o600) })
 	if m.err != nil {
 		return fmt.Errorf("write the state marker %s: %w", m.path, m.err)
+	}
+	return nil
+}
+
+// settle makes the marker final once a write to the store has returned,
+// before Raft can act on it (acknowledge an entry, grant a vote).
+func (m *markedStore) settle() error {
+	if m.done.Load() {
+		return nil
+	}
+	m.settleOnce.Do(func() {
+		if m.settleErr = durable.WriteFile(m.path, []byte(markerText), 0o600); m.settleErr == nil {
+			m.done.Store(true)
+		}
+	})
+	if m.settleErr != nil {
+		return fmt.Errorf("write the state marker %s: %w", m.path, m.settleErr)
 	}
 	return nil
 }
@@ -430,7 +485,10 @@ func (m *markedStore) StoreLog(l *raft.Log) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.raftStore.StoreLog(l)
+		if err := m.raftStore.StoreLog(l); err != nil {
+			return err
+		}
+		return m.settle()
 	})
 }
 
@@ -440,7 +498,10 @@ func (m *markedStore) StoreLogs(logs []*raft.Log) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.raftStore.StoreLogs(logs)
+		if err := m.raftStore.StoreLogs(logs); err != nil {
+			return err
+		}
+		return m.settle()
 	})
 }
 
@@ -455,7 +516,10 @@ func (m *markedStore) Set(k, v []byte) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.raftStore.Set(k, v)
+		if err := m.raftStore.Set(k, v); err != nil {
+			return err
+		}
+		return m.settle()
 	})
 }
 
@@ -469,6 +533,9 @@ func (m *markedStore) SetUint64(k []byte, v uint64) error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		return m.raftStore.SetUint64(k, v)
+		if err := m.raftStore.SetUint64(k, v); err != nil {
+			return err
+		}
+		return m.settle()
 	})
 }

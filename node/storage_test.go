@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,6 +181,69 @@ func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 	cfg.LogStore = store
 	openReady(t, cfg)
 	assert.FileExists(t, filepath.Join(cfg.DataDir, markerFile), "bootstrapping wrote state, and the marker before it")
+}
+
+// TestStorageMarkerPending: the marker is pending from before the first
+// write to the store until that write returns, and final after. A pending
+// marker beside a store that holds nothing (the first write never
+// completed: a power cut during it) makes a new directory, not a refusal;
+// a final marker there is refused; a pending marker beside state becomes
+// final.
+func TestStorageMarkerPending(t *testing.T) {
+	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := openLogStore(dir, store, 0, hclog.NewNullLogger())
+			require.NoError(t, err)
+			marker := filepath.Join(dir, markerFile)
+			var during []byte
+			m := newMarkedStore(peekStore{s, func() { during, _ = os.ReadFile(marker) }}, dir, false)
+			require.NoError(t, m.SetUint64(keyCurrentTerm, 1))
+			assert.Equal(t, pendingMarkerText, string(during), "pending while the first write runs")
+			after, err := os.ReadFile(marker)
+			require.NoError(t, err)
+			assert.Equal(t, markerText, string(after), "final once it returned")
+			require.NoError(t, m.Close())
+
+			empty := t.TempDir()
+			e, err := openLogStore(empty, store, 0, hclog.NewNullLogger())
+			require.NoError(t, err)
+			require.NoError(t, e.Close())
+			for _, c := range []struct {
+				text   string
+				refuse bool
+			}{{pendingMarkerText, false}, {markerText, true}} {
+				require.NoError(t, os.WriteFile(filepath.Join(empty, markerFile), []byte(c.text), 0o600))
+				st, err := checkStorage(empty, store, hclog.NewNullLogger())
+				if c.refuse {
+					require.ErrorIs(t, err, ErrStorage, "a final marker without state")
+					continue
+				}
+				require.NoError(t, err, "a pending marker without state")
+				assert.False(t, st.marked)
+				assert.NoFileExists(t, filepath.Join(empty, markerFile), "the pending marker is removed")
+			}
+
+			require.NoError(t, os.WriteFile(marker, []byte(pendingMarkerText), 0o600))
+			st, err := checkStorage(dir, store, hclog.NewNullLogger())
+			require.NoError(t, err)
+			assert.True(t, st.marked && st.hasState)
+			after, err = os.ReadFile(marker)
+			require.NoError(t, err)
+			assert.Equal(t, markerText, string(after), "a pending marker beside state becomes final")
+		})
+	}
+}
+
+// peekStore calls peek before each SetUint64 reaches the store.
+type peekStore struct {
+	raftStore
+	peek func()
+}
+
+func (p peekStore) SetUint64(k []byte, v uint64) error {
+	p.peek()
+	return p.raftStore.SetUint64(k, v)
 }
 
 // TestBoltPagesZeroed zeroes each page of a real raft.db in turn. Where
