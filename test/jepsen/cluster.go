@@ -14,6 +14,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/api"
 	"github.com/rangealloc/rangealloc/api/client"
+	"github.com/rangealloc/rangealloc/test/faultfs"
 )
 
 // The ports every node uses inside its own namespace.
@@ -54,7 +55,7 @@ func (t Tuning) args() []string {
 	args := []string{"--heartbeat-timeout", t.HeartbeatTimeout.String(), "--election-timeout", t.ElectionTimeout.String(),
 		"--leader-lease-timeout", t.LeaderLeaseTimeout.String(),
 		"--snapshot-threshold", fmt.Sprint(t.SnapshotThreshold), "--snapshot-interval", t.SnapshotInterval.String(),
-		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info"}
+		"--trailing-logs", fmt.Sprint(t.TrailingLogs), "--log-level", "info", "--disk-stall-timeout", stallTimeout.String()}
 	if t.LogStore != "" {
 		args = append(args, "--log-store", t.LogStore)
 	}
@@ -73,22 +74,36 @@ type Cluster struct {
 	ctl     []*client.Client // per node, short timeouts, for the harness's own calls
 	admin   []*client.Client // per node, for membership changes, which wait for a commit
 
+	// Disks are the servers' fault file systems, one each, when the run
+	// has power cuts or disk stalls (power.go); else nil.
+	Disks []*faultfs.FS
+
 	bin, dataDir, logDir string
 	spare                *Server // the fourth node of mistaken-join, once Spare made it
 }
 
 // NewCluster prepares one server per namespace of lab, secured as sec
-// says (issuing each node's certificate); Start starts them.
-func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet, sec *Security) (*Cluster, error) {
+// says (issuing each node's certificate); Start starts them. With disks,
+// each server's data dir lies on a fault file system of its own (power.go),
+// which CloseDisks unmounts.
+func NewCluster(lab *Lab, bin, dataDir, logDir string, tuning Tuning, pools PoolSet, sec *Security, disks bool) (*Cluster, error) {
 	c := &Cluster{Lab: lab, Tuning: tuning, Sec: sec, bin: bin, dataDir: dataDir, logDir: logDir}
 	var peers []string
 	for i, ip := range lab.IPs {
 		peers = append(peers, fmt.Sprintf("n%d=%s:%d=%s", i+1, ip, raftPort, sec.URL(fmt.Sprintf("%s:%d", ip, httpPort))))
 	}
+	if disks {
+		if err := c.mountDisks(len(lab.IPs)); err != nil {
+			return nil, err
+		}
+	}
 	for i := range lab.IPs {
 		s, err := c.newServer(i)
 		if err != nil {
-			return nil, err
+			return nil, errors.Join(err, c.CloseDisks())
+		}
+		if disks {
+			s.DataDir = diskDataDir(c.Disks[i])
 		}
 		s.args = slices.Concat([]string{"server", "--id", s.ID, "--data-dir", s.DataDir,
 			"--http-addr", s.HTTP, "--raft-addr", s.Raft, "--peers", strings.Join(peers, ","),

@@ -37,6 +37,7 @@ type Nemesis struct {
 	windows []Window
 	damages []Damage      // the storage faults' outcomes
 	joins   []JoinAttempt // the mistaken joins' outcomes
+	stalls  []Stall       // the disk stalls
 }
 
 // Logf writes one timestamped line to the nemesis log.
@@ -144,6 +145,10 @@ func (n *Nemesis) step(ctx context.Context, s Step) error {
 		return n.storage(ctx, s, leader, term)
 	case s.Fault == MistakenJoin:
 		return n.mistakenJoin(ctx, s, leader, term)
+	case s.Fault == PowerCutAll:
+		return n.powerCutAll(ctx, s, leader, term)
+	case s.Fault == DiskStall:
+		return n.diskStall(ctx, s, leader, term)
 	}
 	detail, apply, heal := n.prepare(ctx, &s, leader, term)
 	if apply == nil {

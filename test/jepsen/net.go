@@ -44,9 +44,9 @@ func Preflight() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: the suite needs root (network namespaces, iptables)", ErrNoNetns)
 	}
-	for _, tool := range []string{"ip", "iptables"} {
+	for _, tool := range []string{"ip", "iptables", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%w: %s not found (apt-get install iproute2 iptables)", ErrNoNetns, tool)
+			return fmt.Errorf("%w: %s not found (apt-get install iproute2 iptables util-linux)", ErrNoNetns, tool)
 		}
 	}
 	return nil
@@ -60,6 +60,10 @@ func run(name string, args ...string) error {
 	}
 	return nil
 }
+
+// netnsPath is the file that names network namespace ns (ip netns add
+// makes it).
+func netnsPath(ns string) string { return "/run/netns/" + ns }
 
 // inNS runs a command inside namespace ns.
 func inNS(ns string, args ...string) error {

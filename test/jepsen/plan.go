@@ -24,14 +24,23 @@ const (
 	TruncateLog     Fault = "truncate-log"     // kill -9 a node, cut its raft.db short, start it again
 	Corrupt         Fault = "corrupt"          // kill -9 a node, damage a file of its data dir, start it again
 	MistakenJoin    Fault = "mistaken-join"    // ask the cluster to add a fourth node that runs a cluster of its own
+	PowerCutOne     Fault = "power-cut-one"    // kill -9 a node and cut its disk's power: what was not fsynced is lost
+	PowerCutAll     Fault = "power-cut-all"    // kill -9 all three and cut every disk's power
+	DiskStall       Fault = "disk-stall"       // freeze a node's disk (every operation on it blocks) for the hold
 )
 
 // AllFaults is every fault, in a fixed order.
 var AllFaults = []Fault{IsolateLeader, IsolateFollower, BridgeFault, OneWay, KillLeader, KillAll, PauseLeader, SnapshotCatchUp,
-	Wipe, TruncateLog, Corrupt, MistakenJoin}
+	Wipe, TruncateLog, Corrupt, MistakenJoin, PowerCutOne, PowerCutAll, DiskStall}
 
-// Storage reports whether f damages a node's data dir (see storage.go).
-func (f Fault) Storage() bool { return f == Wipe || f == TruncateLog || f == Corrupt }
+// Storage reports whether f damages one node's data dir (see storage.go).
+func (f Fault) Storage() bool {
+	return f == Wipe || f == TruncateLog || f == Corrupt || f == PowerCutOne
+}
+
+// Disk reports whether f needs the nodes' data dirs on fault file systems
+// (test/faultfs; see power.go).
+func (f Fault) Disk() bool { return f == PowerCutOne || f == PowerCutAll || f == DiskStall }
 
 // ParseFaults parses "all" or a comma-separated list of faults.
 func ParseFaults(s string) ([]Fault, error) {
@@ -58,7 +67,7 @@ func ParseFaults(s string) ([]Fault, error) {
 // operation acknowledged meanwhile is evidence that the cluster worked
 // around the fault. Not kill-all (no majority), not mistaken-join (every
 // node stays up and connected).
-func (f Fault) MinorityOut() bool { return f != KillAll && f != MistakenJoin }
+func (f Fault) MinorityOut() bool { return f != KillAll && f != MistakenJoin && f != PowerCutAll }
 
 // holds is how long each fault lasts: [min, max).
 var holds = map[Fault][2]time.Duration{
@@ -77,6 +86,12 @@ var holds = map[Fault][2]time.Duration{
 	Corrupt:     {100 * time.Millisecond, 500 * time.Millisecond},
 	// The fourth node stays up this long after the answer.
 	MistakenJoin: {100 * time.Millisecond, 300 * time.Millisecond},
+	// A node whose power was cut is down this long; so are all three.
+	PowerCutOne: {100 * time.Millisecond, 500 * time.Millisecond},
+	PowerCutAll: {300 * time.Millisecond, time.Second},
+	// Longer than the servers' --disk-stall-timeout plus 3 s, the bound
+	// on the wait for writes to resume (see stallTimeout).
+	DiskStall: {5 * time.Second, 6 * time.Second},
 }
 
 // rests is the healed pause after a fault, [min, max): 1–2 s, less after
@@ -88,7 +103,7 @@ func rests(f Fault) [2]time.Duration {
 	switch {
 	case f == MistakenJoin:
 		return [2]time.Duration{200 * time.Millisecond, 500 * time.Millisecond}
-	case f.Storage():
+	case f.Storage() || f == PowerCutAll:
 		return [2]time.Duration{500 * time.Millisecond, 1500 * time.Millisecond}
 	}
 	return [2]time.Duration{time.Second, 2 * time.Second}
@@ -100,7 +115,7 @@ func rests(f Fault) [2]time.Duration {
 // fourth node. Plan counts it, so that the new faults replace random
 // draws of the others instead of lengthening the run by their whole time.
 var overhead = map[Fault]time.Duration{Wipe: 2 * time.Second, TruncateLog: time.Second, Corrupt: time.Second,
-	MistakenJoin: time.Second}
+	MistakenJoin: time.Second, PowerCutOne: time.Second, PowerCutAll: 2 * time.Second}
 
 // Step is one fault of the schedule, then a healed rest.
 type Step struct {
@@ -110,8 +125,9 @@ type Step struct {
 	Pick int
 	// Dir is the direction a one-way fault drops.
 	Dir Direction
-	// OnLeader: a storage fault hits the leader (else the follower Pick
-	// mod 2); mistaken-join asks the leader (else that follower).
+	// OnLeader: a storage fault or a disk stall hits the leader (else the
+	// follower Pick mod 2); mistaken-join asks the leader (else that
+	// follower).
 	OnLeader bool
 	// Variant is how a storage fault damages the node: the Truncation
 	// or the Corruption.
@@ -146,7 +162,7 @@ func (s Step) String() string {
 		extra = fmt.Sprintf(" pick=%d", s.Pick)
 	case OneWay:
 		extra = " " + s.Dir.String()
-	case Wipe, TruncateLog, Corrupt, MistakenJoin:
+	case Wipe, TruncateLog, Corrupt, MistakenJoin, PowerCutOne, DiskStall:
 		extra = fmt.Sprintf(" follower pick=%d", s.Pick)
 		if s.OnLeader {
 			extra = " leader"
@@ -176,7 +192,7 @@ func Plan(seed uint64, kinds []Fault, total time.Duration) []Step {
 		switch {
 		case f == OneWay:
 			s.Dir = []Direction{Inbound, Outbound}[rng.IntN(2)]
-		case f.Storage() || f == MistakenJoin:
+		case f.Storage() || f == MistakenJoin || f == DiskStall:
 			s.OnLeader = rng.IntN(2) == 0
 			s.Variant = rng.IntN(max(len(variantNames[f]), 1))
 		}

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Server is one `rangealloc server` process, run inside its namespace with
-// `ip netns exec` (which execs the server, so the PID is the server's).
+// Server is one `rangealloc server` process, run inside its network
+// namespace with nsenter (which execs the server, so the PID is the
+// server's).
 // Its stderr is appended to LogPath across restarts.
 type Server struct {
 	ID      string
@@ -93,7 +94,11 @@ func (s *Server) start(args, env []string, note string, mayExit bool) error {
 		note += " "
 	}
 	fmt.Fprintf(logf, "%s%s %sat %s\n", startLine, s.ID, note, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command("ip", append([]string{"netns", "exec", s.NS, s.bin}, args...)...)
+	// nsenter enters the network namespace only, not a mount namespace of
+	// its own as `ip netns exec` makes: a server then sees the disks of
+	// power.go as the harness mounts them, and a disk the harness unmounts
+	// is not kept alive by a copy in another server's mount namespace.
+	cmd := exec.Command("nsenter", append([]string{"--net=" + netnsPath(s.NS), "--", s.bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...) // a later duplicate wins

@@ -63,6 +63,7 @@ type Result struct {
 	Runs     map[Fault]int  // faults carried out, by kind
 	Damages  []Damage       // what each storage fault did, and what became of the node
 	Joins    []JoinAttempt  // what each mistaken join was answered
+	Stalls   []Stall        // each disk stall, and how soon writes resumed
 	Evidence Evidence
 	// Services sums up the Service writes of a Service run.
 	Services string
@@ -93,6 +94,9 @@ func (r Result) String() string {
 			}
 			b.WriteString("\n")
 		}
+	}
+	for _, s := range r.Stalls {
+		fmt.Fprintf(&b, "  %s\n", s)
 	}
 	for _, j := range r.Joins {
 		fmt.Fprintf(&b, "  mistaken-join via %s at %.3fs: answered %s; members %s -> %s\n", j.Via, float64(j.At)/1e9,
@@ -167,7 +171,7 @@ func Run(t testing.TB, o Options) (Result, error) {
 		res.Services = ServiceSummary(history)
 	}
 	res.Faults, res.Kinds, res.Runs = len(nem.Windows()), o.Faults, FaultRuns(nem.Windows())
-	res.Damages, res.Joins = nem.Damages(), nem.Joins()
+	res.Damages, res.Joins, res.Stalls = nem.Damages(), nem.Joins(), nem.Stalls()
 	if err := writeHistory(filepath.Join(o.Artifacts, "history.jsonl"), history); err != nil {
 		return res, err
 	}
@@ -209,13 +213,16 @@ func setUp(t testing.TB, o Options, pools PoolSet) (*Cluster, error) {
 	}
 	tuning := DefaultTuning()
 	tuning.LogStore, tuning.WALSegmentSize = o.LogStore, "64KiB"
-	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, tuning, pools, sec)
+	c, err := NewCluster(lab, o.Binary, dataDir, o.Artifacts, tuning, pools, sec, slices.ContainsFunc(o.Faults, Fault.Disk))
 	if err != nil {
 		closeLab()
 		return nil, err
 	}
 	t.Cleanup(onExit(func() {
 		_ = c.Close()
+		if err := c.CloseDisks(); err != nil {
+			fmt.Fprintf(os.Stderr, "jepsen: cleanup: %v\n", err)
+		}
 		closeLab()
 	}))
 	t.Logf("seed %d: nodes %v in namespaces %v, clients from %s; artifacts in %s; %s", o.Seed, lab.IPs, lab.NS, lab.HostIP, o.Artifacts, sec)
@@ -331,6 +338,9 @@ func checkRun(res *Result, o Options, c *Cluster, nem *Nemesis, pools PoolSet, h
 		for _, r := range []checker.Report{loss, handled} {
 			verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
 		}
+	}
+	if r := CheckStalls(history, res.Stalls); slices.Contains(o.Faults, DiskStall) || r.Checked > 0 {
+		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)
 	}
 	if r := CheckJoins(res.Joins); slices.Contains(o.Faults, MistakenJoin) || r.Checked > 0 {
 		verdict(fmt.Sprintf("%s (%d checked)", r.Name, r.Checked), r.Problems)

@@ -147,6 +147,8 @@ func (n *Nemesis) damage(ctx context.Context, s Step, victim, lagger int, d *Dam
 		d.What, err = truncateLog(srv.DataDir, s.Variant)
 	case Corrupt:
 		d.What, err = corrupt(srv.DataDir, s.Variant)
+	case PowerCutOne:
+		d.What, err = n.C.cutPower(victim)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%s of %s: %w", s.Fault, srv.ID, err)
