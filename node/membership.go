@@ -69,6 +69,12 @@ const probeTimeout = 2 * time.Second
 // founds with its peers, or joins, and returns once it may take part, or
 // with the reason it must not.
 func (n *Node) takePart(ctx context.Context) error {
+	// A marker left by a bootstrap that never reached the disk: this
+	// directory holds no cluster, so nothing of one is unfinished. A
+	// bootstrap below writes it again.
+	if err := durable.Remove(filepath.Join(n.cfg.DataDir, unfinishedFile)); err != nil {
+		return err
+	}
 	switch {
 	case len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil:
 		if err := n.join(ctx); err != nil {
@@ -533,7 +539,8 @@ func (n *Node) nameCluster(ctx context.Context) {
 // unfinishedFile marks a node that bootstrapped a cluster whose founding
 // writes (the founders' member rows, the configured pools, the feature
 // level) it has not yet seen done. Written, synced, before the bootstrap;
-// removed once the pools exist. A node that finds it at start, with
+// removed once the founding's writes are seen done (finishFounding), and
+// by a node that starts without state. A node that finds it at start, with
 // state, founds again as leader: a crash or a power cut between the
 // bootstrap and those writes would otherwise leave the cluster without
 // its configured pools for good, since only the process that bootstrapped
@@ -559,15 +566,20 @@ func (n *Node) resumeFounding() error {
 	return nil
 }
 
-// finishFounding removes the unfinished-founding marker once every
-// configured pool exists (whoever wrote them).
-func (n *Node) finishFounding() {
+// finishFounding removes the unfinished-founding marker once the
+// founding's writes are seen done: by this node's own leadership
+// (written, each answered), or in the replicated state, where every
+// configured pool exists or the feature level was raised (a founding
+// leader's last write).
+func (n *Node) finishFounding(written bool) {
 	if !n.unfinished.Load() {
 		return
 	}
-	for _, p := range n.cfg.Pools {
-		if _, err := n.fsm.Pool(p.Name); err != nil {
-			return
+	if !written && n.fsm.FeatureLevel() <= 1 {
+		for _, p := range n.cfg.Pools {
+			if _, err := n.fsm.Pool(p.Name); err != nil {
+				return
+			}
 		}
 	}
 	if err := durable.Remove(filepath.Join(n.cfg.DataDir, unfinishedFile)); err != nil {

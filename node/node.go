@@ -425,6 +425,18 @@ func (n *Node) RaftAddr() string { return n.addr }
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
+// settle records that the establish of leadership gen is done. An
+// establish of an older leadership can still be running (its calls retry
+// through the new leader): settled only ever moves forward.
+func (n *Node) settle(gen uint64) {
+	for {
+		cur := n.settled.Load()
+		if cur >= gen || n.settled.CompareAndSwap(cur, gen) {
+			return
+		}
+	}
+}
+
 // leading reports whether this node leads and serves: it has applied an
 // entry of its term and written what its configuration says (establish).
 func (n *Node) leading() bool {
@@ -525,14 +537,16 @@ func (n *Node) establish(gen uint64) {
 	}
 	if !n.bootstrapped {
 		n.ensureServiceNetwork(ctx)
-		n.settled.Store(gen)
+		n.settle(gen)
 		return
 	}
+	answered := true // every pool's write got a definite answer
 	for _, p := range n.cfg.Pools {
 		// The ID makes this idempotent across leaders and restarts while the
 		// request table remembers it.
 		req := &fsm.Request{Kind: fsm.KindCreatePoolExclusive, ID: "bootstrap-pool/" + p.Name + "/" + p.Range, Pool: p.Name, Range: p.Range}
 		res, err := n.submit(ctx, req)
+		answered = answered && err == nil
 		switch {
 		case err != nil:
 			n.logger.Warn("could not create configured pool", "pool", p.Name, "error", err)
@@ -543,11 +557,11 @@ func (n *Node) establish(gen uint64) {
 		}
 	}
 	n.ensureServiceNetwork(ctx)
-	n.settled.Store(gen)
+	n.settle(gen)
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.
 	n.raiseOnFounding(ctx)
-	n.finishFounding()
+	n.finishFounding(answered)
 }
 
 // Close shuts the node down. A leader with other voters hands leadership
@@ -561,7 +575,9 @@ func (n *Node) Halt() error { return n.close(false) }
 
 func (n *Node) close(handover bool) error {
 	n.closeOnce.Do(func() {
-		if handover && n.IsLeader() && n.voters() > 1 {
+		// A stalled leader's loop cannot run a transfer: it would wait
+		// for the disk. Raft's shutdown below waits for it all the same.
+		if handover && n.IsLeader() && n.voters() > 1 && !n.DiskStalled() {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.logger.Warn("leadership transfer before shutdown failed", "error", err)
 			}

@@ -68,7 +68,7 @@ func (n *Node) followLoop() {
 		if n.starting.Load() || addr == "" || id == raft.ServerID(n.id) {
 			continue
 		}
-		n.finishFounding()
+		n.finishFounding(false)
 		ctx, cancel := context.WithTimeout(context.Background(), leaderWordTTL)
 		r, err := n.probe(ctx, string(addr))
 		cancel()

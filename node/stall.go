@@ -54,31 +54,40 @@ type stallWatch struct {
 
 	mu sync.Mutex
 	// mu guards the following.
-	active int       // writes in flight
-	since  time.Time // when the oldest write in flight began, or later
-	began  time.Time // when the current stall began (the write's start)
+	next   uint64               // the ID of the next write
+	starts map[uint64]time.Time // when each write in flight began; a few at most
+	began  time.Time            // when the current stall began (the write's start)
 }
 
-// begin notes a write starting.
-func (w *stallWatch) begin() {
+// begin notes a write starting and returns its ID, for end.
+func (w *stallWatch) begin() uint64 {
+	now := time.Now()
 	w.mu.Lock()
-	if w.active == 0 {
-		w.since = time.Now()
+	defer w.mu.Unlock()
+	if w.starts == nil {
+		w.starts = map[uint64]time.Time{}
 	}
-	w.active++
+	w.next++
+	w.starts[w.next] = now
+	return w.next
+}
+
+// end notes write id returning.
+func (w *stallWatch) end(id uint64) {
+	w.mu.Lock()
+	delete(w.starts, id)
 	w.mu.Unlock()
 }
 
-// end notes a write returning. When another is still in flight, its start
-// is not known: since moves to now, which can only make a stall's verdict
-// later, never earlier.
-func (w *stallWatch) end() {
-	w.mu.Lock()
-	w.active--
-	if w.active > 0 {
-		w.since = time.Now()
+// oldest is when the oldest write in flight began; ok is false when none
+// is. mu must be held.
+func (w *stallWatch) oldest() (at time.Time, ok bool) {
+	for _, t := range w.starts {
+		if !ok || t.Before(at) {
+			at, ok = t, true
+		}
 	}
-	w.mu.Unlock()
+	return at, ok
 }
 
 // Stall transitions, as check reports them.
@@ -95,10 +104,11 @@ const (
 func (w *stallWatch) check(now time.Time, timeout time.Duration) (transition int, d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	late := w.active > 0 && now.Sub(w.since) > timeout
+	since, busy := w.oldest()
+	late := busy && now.Sub(since) > timeout
 	switch {
 	case late && !w.stalled.Load():
-		w.began = w.since
+		w.began = since
 		w.stalled.Store(true)
 		w.stalls.Add(1)
 		return stallBegan, now.Sub(w.began)
@@ -130,7 +140,7 @@ func (n *Node) stallLoop() {
 		}
 		switch tr, d := n.stall.check(now, timeout); tr {
 		case stallBegan:
-			n.handOffForStall()
+			n.handOffForStall(stallHandOffWait)
 			n.mux.HoldRaft(true)
 			n.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
 				"until it does, so that the others elect a leader", "waiting", d.Round(time.Millisecond), "disk_stall_timeout", timeout,
@@ -149,31 +159,33 @@ func (n *Node) stallLoop() {
 // waiting out its heartbeat timeout. Raft's transfer cannot run: it needs
 // the blocked leader loop. The voter still needs the votes Raft's rules
 // give it: one whose log lacks committed entries loses, and the others
-// then elect on their timeouts as before. It waits at most
-// stallHandOffWait for the answer.
-func (n *Node) handOffForStall() {
+// then elect on their timeouts as before. It waits at most wait, probes
+// included: a voter that does not answer must not keep the stalled
+// leader's heartbeats going.
+func (n *Node) handOffForStall(wait time.Duration) {
 	if !n.IsLeader() {
 		return
 	}
-	to, ok := n.voterWithSpace()
-	if !ok {
-		return
-	}
-	done := make(chan error, 1)
-	go func() {
+	done := make(chan struct{})
+	n.goFunc(func() {
+		defer close(done)
+		to, ok := n.voterWithSpace()
+		if !ok {
+			return
+		}
 		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id),
 			Addr: n.trans.EncodePeer(raft.ServerID(n.id), raft.ServerAddress(n.addr))}
-		done <- n.raftTrans.TimeoutNow(to.ID, to.Address, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
-	}()
-	select {
-	case err := <-done:
+		err := n.raftTrans.TimeoutNow(to.ID, to.Address, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
 		if err != nil {
 			n.logger.Warn("could not ask a voter to take over from this stalled leader; the others elect on their timeouts",
 				"to", to.ID, "error", err)
 			return
 		}
 		n.logger.Info("asked a voter to take over from this stalled leader", "to", to.ID)
-	case <-time.After(stallHandOffWait):
+	})
+	select {
+	case <-done:
+	case <-time.After(wait):
 	}
 }
 

@@ -9,37 +9,40 @@ import (
 
 // TestStallWatch: a write in flight past the timeout is a stall, counted
 // once however long it lasts; it ends when no write in flight is older
-// than the timeout. Writes that return in time are no stall.
+// than the timeout, and not before: another write that returns meanwhile
+// does not end it. Writes that return in time are no stall.
 func TestStallWatch(t *testing.T) {
 	const timeout = time.Second
 	var w stallWatch
 	check := func(at time.Time, want int) {
 		t.Helper()
 		got, _ := w.check(at, timeout)
-		assert.Equal(t, want, got, "check at +%v", at.Sub(w.since))
+		assert.Equal(t, want, got, "check at %v", at)
 	}
-	w.begin()
-	start := w.since
+	start := time.Now()
+	a := w.begin()
 	check(start.Add(timeout/2), stallNone)
-	w.end()
+	w.end(a)
 	check(start.Add(2*timeout), stallNone) // returned in time
 	assert.False(t, w.stalled.Load())
 
-	w.begin()
-	start = w.since
+	start = time.Now()
+	stuck := w.begin()
 	check(start.Add(timeout+time.Millisecond), stallBegan)
 	assert.True(t, w.stalled.Load())
 	check(start.Add(5*timeout), stallNone) // still stalled: counted once
-	w.begin()                              // a second write queues behind the first
-	w.end()                                // one returns: the other's start is unknown
-	assert.True(t, w.stalled.Load())
-	tr, d := w.check(w.since.Add(time.Millisecond), timeout)
+	other := w.begin()                     // another write, say the term's, on another file
+	w.end(other)                           // returns while the first is still stuck
+	check(start.Add(6*timeout), stallNone)
+	assert.True(t, w.stalled.Load(), "the stuck write still holds the stall")
+	w.end(stuck)
+	tr, d := w.check(start.Add(7*timeout), timeout)
 	assert.Equal(t, stallEnded, tr)
-	assert.GreaterOrEqual(t, d, time.Duration(0))
-	w.end()
+	assert.Equal(t, 7*timeout, d.Round(timeout), "how long the stall lasted")
 	check(time.Now().Add(time.Hour), stallNone)
 	assert.EqualValues(t, 1, w.stalls.Load())
 	assert.False(t, w.stalled.Load())
+	assert.Empty(t, w.starts)
 }
 
 func TestStallCheckEvery(t *testing.T) {

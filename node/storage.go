@@ -28,8 +28,8 @@ import (
 //	  state        marker, written and synced before the first write to raft.db:
 //	               "this directory has held Raft state"
 //	  founding-unfinished
-//	               marker, from before the bootstrap until the configured
-//	               pools exist (membership.go)
+//	               marker, from before the bootstrap until the founding's
+//	               writes are seen done (membership.go)
 //	  raft.db      Raft's log and stable store (term, vote), bbolt
 //	  snapshots/   Raft's snapshots, <term>-<index>-<ms>/{meta.json,state.bin}
 //
@@ -388,9 +388,11 @@ type markedStore struct {
 	before func()
 	path   string
 	done   atomic.Bool // the marker says the directory has held state
-	// The pending marker's write (mark), once, and the final one's (settle).
-	once, settleOnce sync.Once
-	err, settleErr   error
+	// markMu orders the marker's writes; pending is true once the pending
+	// marker is on disk. A marker write that failed is tried again by the
+	// next store write.
+	markMu  sync.Mutex
+	pending bool
 
 	mu sync.RWMutex
 	// mu guards the following: writes hold it shared, Close exclusively.
@@ -421,8 +423,7 @@ func (m *markedStore) write(logs bool, fn func() error) error {
 	case m.closed:
 		return nil
 	}
-	m.stall.begin()
-	defer m.stall.end()
+	defer m.stall.end(m.stall.begin())
 	if m.before != nil {
 		m.before()
 	}
@@ -455,10 +456,15 @@ func (m *markedStore) mark() error {
 	if m.done.Load() {
 		return nil
 	}
-	m.once.Do(func() { m.err = durable.WriteFile(m.path, []byte(pendingMarkerText), 0o600) })
-	if m.err != nil {
-		return fmt.Errorf("write the state marker %s: %w", m.path, m.err)
+	m.markMu.Lock()
+	defer m.markMu.Unlock()
+	if m.done.Load() || m.pending {
+		return nil
 	}
+	if err := durable.WriteFile(m.path, []byte(pendingMarkerText), 0o600); err != nil {
+		return fmt.Errorf("write the state marker %s: %w", m.path, err)
+	}
+	m.pending = true
 	return nil
 }
 
@@ -468,14 +474,15 @@ func (m *markedStore) settle() error {
 	if m.done.Load() {
 		return nil
 	}
-	m.settleOnce.Do(func() {
-		if m.settleErr = durable.WriteFile(m.path, []byte(markerText), 0o600); m.settleErr == nil {
-			m.done.Store(true)
-		}
-	})
-	if m.settleErr != nil {
-		return fmt.Errorf("write the state marker %s: %w", m.path, m.settleErr)
+	m.markMu.Lock()
+	defer m.markMu.Unlock()
+	if m.done.Load() {
+		return nil
 	}
+	if err := durable.WriteFile(m.path, []byte(markerText), 0o600); err != nil {
+		return fmt.Errorf("write the state marker %s: %w", m.path, err)
+	}
+	m.done.Store(true)
 	return nil
 }
 

@@ -20,10 +20,30 @@ func TestWriteFile(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "the new file's mode")
-	assert.NoFileExists(t, path+TempSuffix, "no temp file is left")
+	assertNoTemp(t, dir)
 
-	// A temp file a crash left behind, of another mode, is overwritten.
-	require.NoError(t, os.WriteFile(path+TempSuffix, []byte("left by a crash, longer"), 0o644))
+	// A symlink is followed: the file it names is replaced, the link kept.
+	real := filepath.Join(dir, "real")
+	require.NoError(t, os.WriteFile(real, []byte("old"), 0o600))
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(real, link))
+	require.NoError(t, WriteFile(link, []byte("through the link"), 0o600))
+	b, err = os.ReadFile(real)
+	require.NoError(t, err)
+	assert.Equal(t, "through the link", string(b))
+	fi, err = os.Lstat(link)
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the link stays a link")
+
+	// A file that is no regular file is written in place.
+	w, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	w.Close()
+	require.NoError(t, WriteFile(os.DevNull, []byte("discarded"), 0o600), "/dev/null is written, not replaced")
+	fi, err = os.Stat(os.DevNull)
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeDevice, "/dev/null stays a device")
+
 	require.NoError(t, WriteFile(path, []byte("key"), 0o600))
 	b, err = os.ReadFile(path)
 	require.NoError(t, err)
@@ -31,6 +51,14 @@ func TestWriteFile(t *testing.T) {
 	fi, err = os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "a key is never readable by others")
+}
+
+// assertNoTemp checks that no temp file of WriteFile is left in dir.
+func assertNoTemp(t *testing.T, dir string) {
+	t.Helper()
+	left, err := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	require.NoError(t, err)
+	assert.Empty(t, left, "no temp file is left")
 }
 
 func TestWriteFileFails(t *testing.T) {
@@ -41,7 +69,7 @@ func TestWriteFileFails(t *testing.T) {
 	require.NoError(t, os.Mkdir(target, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(target, "inside"), []byte("x"), 0o600))
 	require.Error(t, WriteFile(target, []byte("data"), 0o600))
-	assert.NoFileExists(t, target+TempSuffix)
+	assertNoTemp(t, dir)
 	assert.FileExists(t, filepath.Join(target, "inside"))
 	// No directory to write in.
 	err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("data"), 0o600)
