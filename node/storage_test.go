@@ -168,6 +168,10 @@ func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.LogStore = store
 	cfg.Join = []string{freeAddr(t)} // never answers: the node stays without state
+	// A founding marker left by a bootstrap that never reached the disk
+	// is no founding of this node's: a node without state drops it.
+	require.NoError(t, os.MkdirAll(cfg.DataDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.DataDir, unfinishedFile), []byte(unfinishedText), 0o600))
 	for i := 0; i < 2; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := Open(ctx, cfg)
@@ -175,6 +179,7 @@ func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, "Open waits to be joined until its context ends")
 		require.NotErrorIs(t, err, ErrStorage, "a node that never held state is no storage loss")
 		assert.NoFileExists(t, filepath.Join(cfg.DataDir, markerFile), "no state, no marker")
+		assert.NoFileExists(t, filepath.Join(cfg.DataDir, unfinishedFile), "no state, no unfinished founding")
 	}
 
 	cfg = testConfig(t, t.TempDir())
