@@ -1,59 +1,59 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
-	"github.com/rangealloc/rangealloc/fsm"
-	"github.com/rangealloc/rangealloc/node"
+	"github.com/rangealloc/rangealloc/api/types"
+	"github.com/rangealloc/rangealloc/internal/convert"
 )
 
-// Error codes of the API beyond the state machine's (SPEC §5.6).
+// Error codes of the API beyond the state machine's (SPEC §5.6). The
+// whole list, with each code's status, is in api/types.
 const (
-	CodeInvalidArgument  = "InvalidArgument"
-	CodePayloadTooLarge  = "PayloadTooLarge"
-	CodeNoLeader         = "NoLeader"
-	CodeUnavailable      = "Unavailable"
-	CodeNotFound         = "NotFound"
-	CodeMethodNotAllowed = "MethodNotAllowed"
-	// CodeUnsupportedMediaType: a write's body is not application/json
-	// (a restore's: application/octet-stream).
-	CodeUnsupportedMediaType = "UnsupportedMediaType"
-	CodeInternal             = "Internal"
-	// CodeUnauthenticated (401): a request that needs a role carries no
-	// bearer token, a malformed Authorization header, or a token not in
-	// the token file.
-	CodeUnauthenticated = "Unauthenticated"
-	// CodePermissionDenied (403): the token's role is too weak for the
-	// request, or (without a token file) the Host header names neither an
-	// IP address, localhost nor an allowed host.
-	CodePermissionDenied = "PermissionDenied"
+	CodeInvalidArgument      = types.CodeInvalidArgument
+	CodePayloadTooLarge      = types.CodePayloadTooLarge
+	CodeNoLeader             = types.CodeNoLeader
+	CodeUnavailable          = types.CodeUnavailable
+	CodeNotFound             = types.CodeNotFound
+	CodeMethodNotAllowed     = types.CodeMethodNotAllowed
+	CodeUnsupportedMediaType = types.CodeUnsupportedMedia
+	CodeInternal             = types.CodeInternal
+	CodeUnauthenticated      = types.CodeUnauthenticated
+	CodePermissionDenied     = types.CodePermissionDenied
 )
 
-// statusOf maps the state machine's codes to HTTP statuses.
-var statusOf = map[fsm.Code]int{
-	fsm.CodeInvalidArgument:      http.StatusBadRequest,
-	fsm.CodePoolNotFound:         http.StatusNotFound,
-	fsm.CodeNotAllocated:         http.StatusNotFound,
-	fsm.CodeMemberNotFound:       http.StatusNotFound,
-	fsm.CodePoolExists:           http.StatusConflict,
-	fsm.CodePoolNotEmpty:         http.StatusConflict,
-	fsm.CodeAlreadyAllocated:     http.StatusConflict,
-	fsm.CodeRangeFull:            http.StatusConflict,
-	fsm.CodeOwnerMismatch:        http.StatusConflict,
-	fsm.CodePoolOverlap:          http.StatusConflict,
-	fsm.CodeNodeNotEmpty:         http.StatusConflict,
-	fsm.CodeLastVoter:            http.StatusConflict,
-	fsm.CodeMemberDataLost:       http.StatusConflict,
-	fsm.CodePermissionDenied:     http.StatusForbidden,
-	fsm.CodeNotInRange:           http.StatusUnprocessableEntity,
-	fsm.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
-	fsm.CodeInvalid:              http.StatusUnprocessableEntity,
-	fsm.CodeServiceNotFound:      http.StatusNotFound,
-	fsm.CodeOwnedByService:       http.StatusConflict,
-	fsm.CodeVersionMismatch:      http.StatusConflict,
-	fsm.CodeInsufficientStorage:  http.StatusInsufficientStorage,
+// statusOf maps each code to its HTTP status.
+var statusOf = map[string]int{
+	types.CodeInvalidArgument:      http.StatusBadRequest,
+	types.CodeUnauthenticated:      http.StatusUnauthorized,
+	types.CodePermissionDenied:     http.StatusForbidden,
+	types.CodePoolNotFound:         http.StatusNotFound,
+	types.CodeNotAllocated:         http.StatusNotFound,
+	types.CodeMemberNotFound:       http.StatusNotFound,
+	types.CodeServiceNotFound:      http.StatusNotFound,
+	types.CodeNotFound:             http.StatusNotFound,
+	types.CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	types.CodePoolExists:           http.StatusConflict,
+	types.CodePoolNotEmpty:         http.StatusConflict,
+	types.CodeAlreadyAllocated:     http.StatusConflict,
+	types.CodeRangeFull:            http.StatusConflict,
+	types.CodeOwnerMismatch:        http.StatusConflict,
+	types.CodePoolOverlap:          http.StatusConflict,
+	types.CodeNodeNotEmpty:         http.StatusConflict,
+	types.CodeLastVoter:            http.StatusConflict,
+	types.CodeMemberDataLost:       http.StatusConflict,
+	types.CodeOwnedByService:       http.StatusConflict,
+	types.CodeVersionMismatch:      http.StatusConflict,
+	types.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	types.CodeUnsupportedMedia:     http.StatusUnsupportedMediaType,
+	types.CodeNotInRange:           http.StatusUnprocessableEntity,
+	types.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
+	types.CodeInvalid:              http.StatusUnprocessableEntity,
+	types.CodeInternal:             http.StatusInternalServerError,
+	types.CodeNoLeader:             http.StatusServiceUnavailable,
+	types.CodeUnavailable:          http.StatusServiceUnavailable,
+	types.CodeInsufficientStorage:  http.StatusInsufficientStorage,
 }
 
 // apiError is a failure found by this package (bad input), before the node.
@@ -75,57 +75,26 @@ func writeError(w http.ResponseWriter, err error) { writeErrorOp(w, err, false) 
 func writeErrorOp(w http.ResponseWriter, err error, withOp bool) {
 	var (
 		ae  *apiError
-		fe  *fsm.Error
-		ue  *node.UnknownOutcomeError
 		mbe *http.MaxBytesError
 	)
-	status, body := http.StatusInternalServerError, ErrorDetail{Code: CodeInternal, Message: err.Error()}
+	var body ErrorDetail
 	switch {
 	case errors.As(err, &ae):
-		status, body = ae.status, ErrorDetail{Code: ae.code, Message: ae.msg}
+		body = ErrorDetail{Code: ae.code, Message: ae.msg}
 	case errors.As(err, &mbe):
-		status, body = http.StatusRequestEntityTooLarge, ErrorDetail{Code: CodePayloadTooLarge, Message: err.Error()}
-	case errors.As(err, &ue):
-		// Before the domain errors: an unknown outcome may wrap a
-		// refusal that did not look the request up (a leader low on
-		// disk), which must not read as "nothing was applied".
-		status = http.StatusServiceUnavailable
-		body = ErrorDetail{Code: CodeUnavailable, Message: "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key",
-			Details: map[string]any{"idempotencyKey": ue.RequestID, "cause": ue.Err.Error()}}
-		w.Header().Set("Retry-After", "1")
-	case errors.As(err, &fe):
-		status = statusOf[fe.Code]
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
-		body = ErrorDetail{Code: string(fe.Code), Message: fe.Message}
-		switch {
-		case fe.Node != nil:
-			body.Details = map[string]any{"clusterId": fe.Node.ClusterID, "lastIndex": fe.Node.LastIndex}
-		case fe.Code == fsm.CodePoolOverlap:
-			body.Details = map[string]any{"pool": fe.Owner}
-		case fe.Owner != "":
-			body.Details = map[string]any{"owner": fe.Owner}
-		}
-		if fe.Field != "" {
-			if body.Details == nil {
-				body.Details = map[string]any{}
-			}
-			body.Details["field"] = fe.Field
-		}
-		if withOp && fe.Op >= 0 {
-			if body.Details == nil {
-				body.Details = map[string]any{}
-			}
-			body.Details["op"] = fe.Op
-		}
-	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrNotLeader):
-		status, body = http.StatusServiceUnavailable, ErrorDetail{Code: CodeNoLeader, Message: err.Error()}
-		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, node.ErrInvalidBackup):
-		status, body = http.StatusBadRequest, ErrorDetail{Code: CodeInvalidArgument, Message: err.Error()}
-	case errors.Is(err, node.ErrClosed), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		status, body = http.StatusServiceUnavailable, ErrorDetail{Code: CodeUnavailable, Message: err.Error()}
+		body = ErrorDetail{Code: CodePayloadTooLarge, Message: err.Error()}
+	default:
+		e := convert.Error(err, withOp)
+		body = ErrorDetail{Code: e.Code, Message: e.Message, Details: e.Details}
+	}
+	status := statusOf[body.Code]
+	if ae != nil {
+		status = ae.status
+	}
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, ErrorBody{Error: body})

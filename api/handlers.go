@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/convert"
 	"github.com/rangealloc/rangealloc/node"
-	"github.com/rangealloc/rangealloc/version"
 )
 
 // serveRead runs a read at the request's consistency and writes its answer.
@@ -35,7 +35,7 @@ func (srv *Server) listPools(w http.ResponseWriter, r *http.Request) {
 		ps, err := srv.s.Pools(ctx, c)
 		out := PoolList{Pools: make([]Pool, 0, len(ps))}
 		for _, p := range ps {
-			out.Pools = append(out.Pools, toPool(p))
+			out.Pools = append(out.Pools, convert.Pool(p))
 		}
 		return out, err
 	})
@@ -65,7 +65,7 @@ func (srv *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, toPool(st))
+	writeJSON(w, status, convert.Pool(st))
 }
 
 func (srv *Server) getPool(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +74,7 @@ func (srv *Server) getPool(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		return toPool(st), nil
+		return convert.Pool(st), nil
 	})
 }
 
@@ -139,16 +139,16 @@ func (srv *Server) allocate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Count != nil {
-		writeJSON(w, http.StatusCreated, AllocationList{Allocations: toAllocations(allocs)})
+		writeJSON(w, http.StatusCreated, AllocationList{Allocations: convert.Allocations(allocs)})
 		return
 	}
-	writeJSON(w, http.StatusCreated, toAllocation(allocs[0]))
+	writeJSON(w, http.StatusCreated, convert.Allocation(allocs[0]))
 }
 
 func (srv *Server) getAllocation(w http.ResponseWriter, r *http.Request) {
 	srv.serveRead(w, r, func(ctx context.Context, c node.Consistency) (any, error) {
 		a, err := srv.s.Get(ctx, c, r.PathValue("name"), r.PathValue("value"))
-		return toAllocation(a), err
+		return convert.Allocation(a), err
 	})
 }
 
@@ -163,7 +163,7 @@ func (srv *Server) listAllocations(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		allocs, next, err := srv.s.List(ctx, c, r.PathValue("name"), q.Get("owner"), q.Get("after"), limit)
-		return AllocationList{Allocations: toAllocations(allocs), Next: &next}, err
+		return AllocationList{Allocations: convert.Allocations(allocs), Next: &next}, err
 	})
 }
 
@@ -189,28 +189,13 @@ func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = decode(w, r, &req, false)
 	}
-	release := fsm.OpRelease
-	if force, ferr := forceRelease(r); ferr != nil && err == nil {
+	force, ferr := forceRelease(r)
+	if err == nil {
 		err = ferr
-	} else if force {
-		release = fsm.OpReleaseForce
 	}
-	if err == nil && (len(req.Ops) == 0 || len(req.Ops) > fsm.MaxOps) {
-		err = badRequest(fmt.Sprintf(`"ops" must hold 1 to %d operations, got %d`, fsm.MaxOps, len(req.Ops)))
-	}
-	ops := make([]fsm.Op, len(req.Ops))
-	for i, op := range req.Ops {
-		if err != nil {
-			break
-		}
-		switch op.Op {
-		case "allocate":
-			ops[i] = fsm.Op{Kind: fsm.OpAllocate, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
-		case "release":
-			ops[i] = fsm.Op{Kind: release, Pool: op.Pool, Value: op.Value, Owner: op.Owner}
-		default:
-			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: i, Message: fmt.Sprintf(`ops[%d]: "op" must be "allocate" or "release", got %q`, i, op.Op)}
-		}
+	var ops []fsm.Op
+	if err == nil {
+		ops, err = convert.TxnOps(req.Ops, force)
 	}
 	if err != nil {
 		writeErrorOp(w, err, true)
@@ -224,11 +209,7 @@ func (srv *Server) txn(w http.ResponseWriter, r *http.Request) {
 		writeErrorOp(w, err, true)
 		return
 	}
-	out := TxnResults{Results: make([]Allocation, 0, len(res))}
-	for _, as := range res {
-		out.Results = append(out.Results, toAllocation(as[0]))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, TxnResults{Results: convert.TxnResults(res)})
 }
 
 func (srv *Server) cluster(w http.ResponseWriter, _ *http.Request) {
@@ -237,21 +218,7 @@ func (srv *Server) cluster(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := ClusterStatus{ID: st.ID, ClusterID: st.ClusterID, Leader: ClusterLeader{ID: st.LeaderID, APIAddr: st.LeaderAPI}, Term: st.Term,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, FeatureLevel: st.FeatureLevel, Version: version.String(),
-		Members: []ClusterMember{}}
-	for _, m := range st.Members {
-		cm := ClusterMember{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader,
-			HealthKnown: m.Known, LastContactMs: -1}
-		if m.Known {
-			cm.Reachable, cm.Healthy, cm.MatchIndex, cm.Lag = m.Reachable, m.Healthy, m.MatchIndex, m.Lag
-			cm.Version, cm.FeatureLevel, cm.DiskFreeBytes, cm.DiskLow = m.Version, m.FeatureLevel, m.DiskFree, m.DiskLow
-			if m.LastContact >= 0 {
-				cm.LastContactMs = m.LastContact.Milliseconds()
-			}
-		}
-		out.Members = append(out.Members, cm)
-	}
+	out := convert.Cluster(st)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -261,13 +228,13 @@ func (srv *Server) addMember(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if req.ID == "" || req.RaftAddr == "" {
-		writeError(w, badRequest(`"id" and "raftAddr" are required`))
+	m, err := convert.Member(req)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	ctx, cancel := srv.ctx(r)
 	defer cancel()
-	m := fsm.Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr, Nonvoter: req.Voter != nil && !*req.Voter}
 	if err := srv.s.AddMember(ctx, m); err != nil {
 		writeError(w, err)
 		return

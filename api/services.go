@@ -7,52 +7,10 @@ import (
 
 	"github.com/rangealloc/rangealloc/api/types"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/internal/convert"
 	"github.com/rangealloc/rangealloc/node"
 	"github.com/rangealloc/rangealloc/service"
 )
-
-// toSpec converts a Service body to the planner's spec. The singular
-// clusterIP goes along as given: the node folds it into clusterIPs, on an
-// update against the stored Service (node.PutService).
-func toSpec(s types.Service) service.Spec {
-	spec := service.Spec{Namespace: s.Namespace, Name: s.Name, UID: s.UID, Type: s.Type, ClusterIPs: s.ClusterIPs, ClusterIP: s.ClusterIP,
-		IPFamilyPolicy: s.IPFamilyPolicy, HasSelector: s.HasSelector, ExternalTrafficPolicy: s.ExternalTrafficPolicy,
-		HealthCheckNodePort: s.HealthCheckNodePort, AllocateLoadBalancerNodePorts: s.AllocateLoadBalancerNodePorts}
-	for _, f := range s.IPFamilies {
-		spec.IPFamilies = append(spec.IPFamilies, service.Family(f))
-	}
-	for _, p := range s.Ports {
-		spec.Ports = append(spec.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort})
-	}
-	return spec
-}
-
-// toSpecs converts the Services of a reconcile or an import.
-func toSpecs(list []types.Service) []service.Spec {
-	out := make([]service.Spec, 0, len(list))
-	for _, s := range list {
-		out = append(out, toSpec(s))
-	}
-	return out
-}
-
-// toService converts a stored Service to its JSON form.
-func toService(r node.ServiceRecord) types.Service {
-	s := r.Spec
-	out := types.Service{Namespace: s.Namespace, Name: s.Name, UID: s.UID, Type: s.Type, ClusterIPs: s.ClusterIPs,
-		IPFamilyPolicy: s.IPFamilyPolicy, HasSelector: s.HasSelector, ExternalTrafficPolicy: s.ExternalTrafficPolicy,
-		HealthCheckNodePort: s.HealthCheckNodePort, AllocateLoadBalancerNodePorts: s.AllocateLoadBalancerNodePorts, Revision: r.Revision}
-	if len(s.ClusterIPs) > 0 {
-		out.ClusterIP = s.ClusterIPs[0]
-	}
-	for _, f := range s.IPFamilies {
-		out.IPFamilies = append(out.IPFamilies, string(f))
-	}
-	for _, p := range s.Ports {
-		out.Ports = append(out.Ports, types.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort})
-	}
-	return out
-}
 
 // dryRun reads ?dryRun: "true" or "All" (kubectl's spelling) ask for one.
 func dryRun(r *http.Request) (bool, error) {
@@ -92,7 +50,7 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request) {
 	}
 	var spec service.Spec
 	if err == nil {
-		spec = toSpec(body)
+		spec = convert.Spec(body)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -109,7 +67,7 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request) {
 	if res.Created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, toService(res.ServiceRecord))
+	writeJSON(w, status, convert.Service(res.ServiceRecord))
 }
 
 func (srv *Server) getService(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +83,7 @@ func (srv *Server) getService(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toService(rec))
+	writeJSON(w, http.StatusOK, convert.Service(rec))
 }
 
 func (srv *Server) deleteService(w http.ResponseWriter, r *http.Request) {
@@ -145,7 +103,7 @@ func (srv *Server) deleteService(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toService(rec))
+	writeJSON(w, http.StatusOK, convert.Service(rec))
 }
 
 func (srv *Server) listServices(w http.ResponseWriter, r *http.Request) {
@@ -163,18 +121,9 @@ func (srv *Server) listServices(w http.ResponseWriter, r *http.Request) {
 	}
 	out := types.ServiceList{Services: make([]types.Service, 0, len(recs)), Revision: rev}
 	for _, rec := range recs {
-		out.Services = append(out.Services, toService(rec))
+		out.Services = append(out.Services, convert.Service(rec))
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func toNetwork(sn fsm.ServiceNetwork) types.ServiceNetwork {
-	out := types.ServiceNetwork{IPFamilies: []string{}, Pools: map[string]string{}, NodePortPool: sn.NodePortPool}
-	for _, f := range sn.Families {
-		out.IPFamilies = append(out.IPFamilies, string(f))
-		out.Pools[string(f)] = sn.Pool(f)
-	}
-	return out
 }
 
 func (srv *Server) getServiceNetwork(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +139,7 @@ func (srv *Server) getServiceNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toNetwork(sn))
+	writeJSON(w, http.StatusOK, convert.Network(sn))
 }
 
 func (srv *Server) putServiceNetwork(w http.ResponseWriter, r *http.Request) {
@@ -199,21 +148,9 @@ func (srv *Server) putServiceNetwork(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = decode(w, r, &body, false)
 	}
-	sn := fsm.ServiceNetwork{NodePortPool: body.NodePortPool}
-	for _, f := range body.IPFamilies {
-		sn.Families = append(sn.Families, service.Family(f))
-	}
-	for f, p := range body.Pools {
-		switch service.Family(f) {
-		case service.IPv4:
-			sn.IPv4Pool = p
-		case service.IPv6:
-			sn.IPv6Pool = p
-		default:
-			if err == nil {
-				err = badRequest(fmt.Sprintf("pools: key %q: want IPv4 or IPv6", f))
-			}
-		}
+	var sn fsm.ServiceNetwork
+	if err == nil {
+		sn, err = convert.FromNetwork(body)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -225,7 +162,7 @@ func (srv *Server) putServiceNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toNetwork(sn))
+	writeJSON(w, http.StatusOK, convert.Network(sn))
 }
 
 func (srv *Server) reconcile(w http.ResponseWriter, r *http.Request) {
@@ -239,7 +176,7 @@ func (srv *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	var listed []service.Spec
 	if err == nil {
-		listed = toSpecs(body.Services)
+		listed = convert.Specs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -274,7 +211,7 @@ func (srv *Server) importServices(w http.ResponseWriter, r *http.Request) {
 	}
 	var specs []service.Spec
 	if err == nil {
-		specs = toSpecs(body.Services)
+		specs = convert.Specs(body.Services)
 	}
 	if err != nil {
 		writeError(w, err)

@@ -412,3 +412,14 @@ func (c *Client) Ready(ctx context.Context) (bool, string, error) {
 	}
 	return true, "", nil
 }
+
+// Is matches the sentinel of the same code in api/types (which the
+// rangealloc package re-exports), so errors.Is(err, rangealloc.ErrRangeFull)
+// holds for an error answer too.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*types.Error)
+	if !ok {
+		return false
+	}
+	return types.NewError(e.Code, e.Message, e.Details, nil).Is(t)
+}

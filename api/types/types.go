@@ -1,7 +1,9 @@
-// Package types holds the JSON forms of rangealloc's HTTP API v1: the
-// bodies of requests and answers, and the error body. It imports nothing
-// but the standard library, so a client (api/client) links neither Raft,
-// bbolt nor Prometheus.
+// Package types holds the values of rangealloc's calls: the JSON forms of
+// the HTTP API v1 (the bodies of requests and answers, the error body),
+// the error every call fails with and its sentinels, and the options of a
+// call. The embedding package (github.com/rangealloc/rangealloc) and the
+// HTTP client (api/client) both speak in them. It imports nothing but the
+// standard library, so a client links neither Raft, bbolt nor Prometheus.
 package types
 
 // Limits of list requests.
