@@ -47,48 +47,34 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 	if req.ID == "" {
 		req.ID = drawRequestID()
 	}
-	var last error
-	unknown := false
-	for {
-		req.Seed = rand.Uint64() // proposer-side randomness; Apply only reads it from the entry
-		var o outcome
-		if e := n.refuseForDisk(req); e != nil {
-			o = outcome{res: &fsm.Result{Err: e}}
-		} else if n.IsLeader() {
-			o = n.propose(ctx, req)
-			answeredBy(ctx, n.id, o.err)
-		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
-			o = n.forwardSubmit(ctx, string(addr), req)
-			answeredBy(ctx, string(id), o.err)
-		} else {
-			o = outcome{err: ErrNoLeader, definite: true}
-		}
-		if o.err == nil && unknown && (refusedForDisk(o.res) || refusedForLevel(o.res)) {
-			// An earlier attempt may have been applied: this refusal,
-			// decided without the request table, must not say otherwise.
-			return nil, &UnknownOutcomeError{RequestID: req.ID, Err: o.res.Err}
-		}
-		if o.err == nil {
-			return o.res, nil
-		}
-		if !o.definite {
-			unknown = true
-		}
-		last = o.err
-		if errors.Is(o.err, ErrClosed) {
-			break
-		}
-		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
-			break
-		}
-	}
-	if unknown {
-		return nil, &UnknownOutcomeError{RequestID: req.ID, Err: last}
-	}
-	if errors.Is(last, ErrClosed) {
-		return nil, ErrClosed
-	}
-	return nil, fmt.Errorf("%w: %v", ErrNoLeader, last)
+	// applied: a failed attempt may have been applied.
+	applied := func(o outcome) (*fsm.Result, bool, error) { return o.res, o.err != nil && !o.definite, o.err }
+	return route(ctx, n, call[*fsm.Result]{
+		id: req.ID,
+		before: func() (*fsm.Result, error, bool) {
+			req.Seed = rand.Uint64() // proposer-side randomness; Apply only reads it from the entry
+			if e := n.refuseForDisk(req); e != nil {
+				return &fsm.Result{Err: e}, nil, true
+			}
+			return nil, nil, false
+		},
+		local: func(ctx context.Context) (*fsm.Result, bool, error) { return applied(n.propose(ctx, req)) },
+		remote: func(ctx context.Context, addr string) (*fsm.Result, bool, error) {
+			return applied(n.forwardSubmit(ctx, addr, req))
+		},
+		// A refusal decided without the request table (a node low on
+		// disk, a level not reached, a forwarding refused) cannot say
+		// that an earlier attempt was not applied.
+		trust: func(res *fsm.Result, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case refusedForDisk(res) || refusedForLevel(res):
+				return res.Err
+			}
+			return nil
+		},
+	})
 }
 
 // drawRequestID is the request ID of a write or restore that came without

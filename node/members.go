@@ -257,30 +257,20 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 // with args; it retries while there is no leader, until ctx ends. These
 // calls are idempotent, so a retry after an unknown outcome is safe.
 func (n *Node) onLeader(ctx context.Context, method string, args, reply any, fn func() error) error {
-	var last error
-	for {
-		var err error
-		if n.IsLeader() {
-			err = fn()
+	_, err := route(ctx, n, call[struct{}]{
+		name: method,
+		local: func(context.Context) (struct{}, bool, error) {
+			err := fn()
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				err = fmt.Errorf("%w: %v", ErrNotLeader, err)
 			}
-			answeredBy(ctx, n.id, err)
-		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
-			err = n.forwardCall(ctx, string(addr), method, args)
-			answeredBy(ctx, string(id), err)
-		} else {
-			err = ErrNoLeader
-		}
-		var fe *fsm.Error
-		if err == nil || errors.As(err, &fe) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidBackup) {
-			return err
-		}
-		last = err
-		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
-			return fmt.Errorf("%s: %w: %v", method, ErrNoLeader, last)
-		}
-	}
+			return struct{}{}, false, err
+		},
+		remote: func(ctx context.Context, addr string) (struct{}, bool, error) {
+			return struct{}{}, false, n.forwardCall(ctx, addr, method, args)
+		},
+	})
+	return err
 }
 
 // Stats returns Raft's statistics (see raft.Raft.Stats) plus the state

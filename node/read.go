@@ -61,30 +61,16 @@ func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 		served(ctx, n.id)
 		return n.readLocal(args), nil
 	}
-	var last error
-	for {
-		var reply *readReply
-		var err error
-		if n.IsLeader() {
-			reply, err = n.readOnLeader(ctx, args)
-			answeredBy(ctx, n.id, err)
-		} else if addr, id := n.raft.LeaderWithID(); addr != "" {
-			reply, err = n.forwardRead(ctx, string(addr), args)
-			answeredBy(ctx, string(id), err)
-		} else {
-			err = ErrNoLeader
-		}
-		if err == nil {
-			return reply, nil
-		}
-		last = err
-		if errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		if n.sleep(ctx, n.cfg.RetryInterval) != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoLeader, last)
-		}
-	}
+	return route(ctx, n, call[*readReply]{
+		local: func(ctx context.Context) (*readReply, bool, error) {
+			r, err := n.readOnLeader(ctx, args)
+			return r, false, err
+		},
+		remote: func(ctx context.Context, addr string) (*readReply, bool, error) {
+			r, err := n.forwardRead(ctx, addr, args)
+			return r, false, err
+		},
+	})
 }
 
 // readOnLeader serves a forwarded or local read on this node, which must be

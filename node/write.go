@@ -174,16 +174,20 @@ func (n *Node) Restore(ctx context.Context, r io.Reader, requestID string) error
 // did not happen (UnknownOutcomeError).
 func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint64) error {
 	var args *restoreArgs // the backup as forwarded, written once
-	var last error
-	unknown := false
-	for {
-		var err error
-		maybe := false // this attempt may have been applied
-		local := n.IsLeader()
-		if local {
-			maybe, err = n.restoreOnLeader(b, id, fp)
-			answeredBy(ctx, n.id, err)
-		} else if addr, lid := n.raft.LeaderWithID(); addr != "" {
+	_, err := route(ctx, n, call[struct{}]{
+		name: "restore",
+		id:   id,
+		local: func(context.Context) (struct{}, bool, error) {
+			maybe, err := n.restoreOnLeader(b, id, fp)
+			if err != nil && !maybe && !lostLead(err) && !errors.Is(err, ErrClosed) && !errors.Is(err, raft.ErrRaftShutdown) {
+				// This leader failed before raft.Restore (a temp file it
+				// cannot write) for a reason other than a lost lead, which
+				// a retry through the next leader would mend.
+				err = &finalError{err}
+			}
+			return struct{}{}, maybe, err
+		},
+		remote: func(ctx context.Context, addr string) (struct{}, bool, error) {
 			if args == nil {
 				// net/rpc carries arguments whole, so the backup travels
 				// to the leader as one []byte: a follower holds a valid
@@ -192,51 +196,25 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 				// along for a leader that does not.
 				var data bytes.Buffer
 				if err := b.Write(&data, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
-					return err
+					return struct{}{}, false, &finalError{err}
 				}
 				args = &restoreArgs{Data: data.Bytes(), ID: id, Fingerprint: fp}
 			}
-			maybe, err = n.forwardRestore(ctx, string(addr), args)
-			answeredBy(ctx, string(lid), err)
-		} else {
-			err = ErrNoLeader
-		}
-		if err == nil {
-			return nil
-		}
-		unknown = unknown || maybe
-		var fe *fsm.Error
-		if errors.As(err, &fe) || errors.Is(err, ErrInvalidBackup) {
-			if unknown && (fe == nil || fe.Code != fsm.CodeIdempotencyKeyReused) {
-				// An earlier attempt may have been applied, and this
-				// refusal does not say otherwise (an older leader cannot
-				// look the ID up). A reused key says the ID holds another
-				// restore: none of ours was applied.
-				return &UnknownOutcomeError{RequestID: id, Err: err}
+			maybe, err := n.forwardRestore(ctx, addr, args)
+			return struct{}{}, maybe, err
+		},
+		// A reused key says the ID holds another restore: none of ours was
+		// applied. Any other refusal may come from a leader that cannot
+		// look the ID up.
+		trust: func(_ struct{}, err error) error {
+			var fe *fsm.Error
+			if err == nil || (errors.As(err, &fe) && fe.Code == fsm.CodeIdempotencyKeyReused) {
+				return nil
 			}
 			return err
-		}
-		if errors.Is(err, raft.ErrRaftShutdown) {
-			err = ErrClosed
-		}
-		if local && !unknown && !lostLead(err) && !errors.Is(err, ErrClosed) {
-			// This leader failed before raft.Restore (a temp file it
-			// cannot write) for a reason other than a lost lead, which
-			// a retry through the next leader would mend.
-			return err
-		}
-		last = err
-		if errors.Is(err, ErrClosed) || n.sleep(ctx, n.cfg.RetryInterval) != nil {
-			break
-		}
-	}
-	switch {
-	case unknown:
-		return &UnknownOutcomeError{RequestID: id, Err: last}
-	case errors.Is(last, ErrClosed):
-		return ErrClosed
-	}
-	return fmt.Errorf("restore: %w: %v", ErrNoLeader, last)
+		},
+	})
+	return err
 }
 
 // lostLead reports an error of a leader that is losing or handing over

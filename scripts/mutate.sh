@@ -42,7 +42,7 @@ guard-role-ignored | api/auth.go | s{if has < need \{}{if false \{} | ./api/ | ^
 tls-client-cert-optional | certs/config.go | s{cfg\.ClientAuth = tls\.RequireAndVerifyClientCert}{cfg.ClientAuth = tls.VerifyClientCertIfGiven} | ./transport/ | ^TestTLSNeedsClientCertificate$
 linearize-served-locally | node/read.go | s{if Consistency\(args\.Consistency\) == Stale \{}{if true \{} | ./test/ | ^TestDeposedLeaderServesNoStaleRead$
 submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\treq.ID = uuid.NewString()\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
-submit-new-id-after-unknown | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))}{\t\tif unknown \{\n\t\t\treq.ID = uuid.NewString()\n\t\t\}\n$1} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
+submit-new-id-after-unknown | node/apply.go | s{(\tapplied := func\(o outcome\) \(\*fsm\.Result, bool, error\) \{ )}{$1if o.err != nil \&\& !o.definite \{\n\t\treq.ID = uuid.NewString()\n\t\}\n\t\t} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 restore-forgets-request-id | node/write.go | s{b\.Remember\(id, fp\)\.Write\(}{b.Write(} | ./node/ | ^TestRestoreRequestID$
 restore-no-request-lookup | node/write.go | s{if prev, ok := n\.fsm\.RequestFingerprint\(id\); ok \{}{if prev, ok := n.fsm.RequestFingerprint(id); false \&\& ok \{} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
 restore-disk-before-lookup | node/write.go | s{(\tterm := n\.raft\.CurrentTerm\(\)\n)}{$1\tif e := n.diskLowError(); e != nil \{\n\t\treturn false, e\n\t\}\n} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
