@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // How a cluster of two releases stays whole during a rolling upgrade.
@@ -100,7 +101,7 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) error {
 			return err
 		}
 	}
-	return n.onLeader(ctx, "FinalizeUpgrade", 0, nil, func() error {
+	return n.onLeader(ctx, wire.MethodFinalizeUpgrade, 0, nil, func() error {
 		_, err := n.raiseFeatureLevel(ctx)
 		return err
 	})

@@ -135,7 +135,7 @@ var errLeaderMoved = errors.New("abandoned: this node learned of a new leader wh
 // same request ID. Without it, a call to a leader that is paused or cut
 // off by a firewall that drops packets would wait out the caller's whole
 // deadline, though a new leader serves within an election timeout.
-func (f *forwarder) call(ctx context.Context, addr, method string, args, reply any, moved func() bool) (sent bool, err error) {
+func (f *forwarder) call(ctx context.Context, addr string, method wire.Method, args, reply any, moved func() bool) (sent bool, err error) {
 	p, err := f.send(addr, method, args, reply)
 	if err != nil {
 		return false, err
@@ -172,14 +172,14 @@ type pending struct {
 
 // send starts an RPC on the client of addr. An error means nothing was
 // sent.
-func (f *forwarder) send(addr, method string, args, reply any) (*pending, error) {
+func (f *forwarder) send(addr string, method wire.Method, args, reply any) (*pending, error) {
 	c, err := f.client(addr)
 	if err != nil {
 		return nil, err
 	}
 	p := &pending{c: c, arrived: c.arrived.Load()}
 	closedBefore := c.closed.Load()
-	p.call = c.Go("Node."+method, args, reply, make(chan *rpc.Call, 1))
+	p.call = c.Go("Node."+string(method), args, reply, make(chan *rpc.Call, 1))
 	// net/rpc answers ErrShutdown in two cases: Go refused the call because
 	// the client was already shut (nothing sent), or a local Close ended
 	// the call after it was written (maybe applied). A first look right
@@ -284,7 +284,7 @@ func fromWireErr(w *wireErr) error {
 func (n *Node) forwardSubmitOne(ctx context.Context, addr string, req *fsm.Request) outcome {
 	var reply submitReply
 	args := &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req}), Protocol: version.Protocol}
-	sent, err := n.fwd.call(ctx, addr, "Submit", args, &reply, n.leaderMoved(addr))
+	sent, err := n.fwd.call(ctx, addr, wire.MethodSubmit, args, &reply, n.leaderMoved(addr))
 	if err != nil {
 		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
 	}
@@ -295,7 +295,7 @@ func (n *Node) forwardSubmitOne(ctx context.Context, addr string, req *fsm.Reque
 func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*readReply, error) {
 	var reply readRPCReply
 	args.Protocol = version.Protocol
-	if _, err := n.fwd.call(ctx, addr, "Read", args, &reply, n.leaderMoved(addr)); err != nil {
+	if _, err := n.fwd.call(ctx, addr, wire.MethodRead, args, &reply, n.leaderMoved(addr)); err != nil {
 		return nil, fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
 	if reply.Err != nil {
@@ -305,7 +305,7 @@ func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*r
 }
 
 // forwardCall runs a cluster or restore call on the leader at addr.
-func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) error {
+func (n *Node) forwardCall(ctx context.Context, addr string, method wire.Method, args any) error {
 	var reply callReply
 	if _, err := n.fwd.call(ctx, addr, method, args, &reply, nil); err != nil {
 		if e := olderLeader(addr, method, err); e != nil {
@@ -314,7 +314,7 @@ func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) e
 				// request IDs removes the member as it always did. Only an
 				// ID this node drew may be dropped: a caller's would be
 				// promised and then not kept.
-				return n.forwardCall(ctx, addr, "RemoveMember", a.ID)
+				return n.forwardCall(ctx, addr, wire.MethodRemoveMember, a.ID)
 			}
 			return e
 		}
@@ -326,7 +326,7 @@ func (n *Node) forwardCall(ctx context.Context, addr, method string, args any) e
 // olderLeader recognises the answer of a leader of an older release to a
 // call it does not have (net/rpc's "can't find method"): a definite
 // refusal, not a reason to retry until the deadline.
-func olderLeader(addr, method string, err error) *fsm.Error {
+func olderLeader(addr string, method wire.Method, err error) *fsm.Error {
 	if !strings.Contains(err.Error(), "rpc: can't find method") {
 		return nil
 	}
@@ -612,7 +612,7 @@ func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 	if s.n.IsLeader() {
 		reply.Err = toWireErr(s.n.addMemberOnLeader(ctx, m))
 	} else if addr, _ := s.n.raft.LeaderWithID(); addr != "" {
-		reply.Err = toWireErr(s.n.forwardCall(ctx, string(addr), "AddMember", m))
+		reply.Err = toWireErr(s.n.forwardCall(ctx, string(addr), wire.MethodAddMember, m))
 	} else {
 		reply.Err = &wireErr{NotLeader: true, Msg: "no leader known"}
 	}

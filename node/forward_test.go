@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // TestForwardSent checks how a forwarded call that failed is classified:
@@ -30,7 +32,7 @@ func TestForwardSent(t *testing.T) {
 		_, _ = io.ReadAtLeast(leader, make([]byte, 1), 1)
 		leader.Close()
 	}()
-	sent, err := f.call(ctx, "leader", "Submit", &submitArgs{}, &submitReply{}, nil)
+	sent, err := f.call(ctx, "leader", wire.MethodSubmit, &submitArgs{}, &submitReply{}, nil)
 	require.Error(t, err)
 	assert.True(t, sent, "a call whose connection ended after it was written may have been applied: %v", err)
 
@@ -45,7 +47,7 @@ func TestForwardSent(t *testing.T) {
 		done := <-c.Go("Node.Submit", &submitArgs{}, &submitReply{}, make(chan *rpc.Call, 1)).Done
 		return errors.Is(done.Error, rpc.ErrShutdown)
 	}, 5*time.Second, 10*time.Millisecond)
-	sent, err = f.call(ctx, "leader", "Submit", &submitArgs{}, &submitReply{}, nil)
+	sent, err = f.call(ctx, "leader", wire.MethodSubmit, &submitArgs{}, &submitReply{}, nil)
 	require.ErrorIs(t, err, rpc.ErrShutdown)
 	assert.False(t, sent, "nothing was sent on a connection known to be gone")
 
@@ -57,7 +59,7 @@ func TestForwardSent(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, leader) }()
 	moved := make(chan struct{})
 	time.AfterFunc(100*time.Millisecond, func() { close(moved) })
-	sent, err = f.call(ctx, "leader", "Submit", &submitArgs{}, &submitReply{}, func() bool {
+	sent, err = f.call(ctx, "leader", wire.MethodSubmit, &submitArgs{}, &submitReply{}, func() bool {
 		select {
 		case <-moved:
 			return true

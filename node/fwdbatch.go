@@ -276,7 +276,7 @@ func (b *fwdBatcher) send(batch []*fwdItem) {
 	}
 	var reply wire.SubmitBatchReply
 	metrics.AddSample(keyForwardBatch, float32(len(batch)))
-	p, err := b.n.fwd.send(b.addr, "SubmitBatch", args, &reply)
+	p, err := b.n.fwd.send(b.addr, wire.MethodSubmitBatch, args, &reply)
 	if err != nil {
 		answerAll(batch, outcome{err: fmt.Errorf("forward to leader %s: %w", b.addr, err), definite: true})
 		return

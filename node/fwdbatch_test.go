@@ -103,12 +103,12 @@ func TestBatcherOlderLeader(t *testing.T) {
 	assert.True(t, o.definite, "a call the leader does not have proposed nothing")
 	assert.False(t, b.enqueue(&fwdItem{done: make(chan outcome, 1)}), "the same connection: one Submit per write")
 	var reply wire.SubmitReply
-	_, err := n.fwd.call(context.Background(), addr, "Submit", &wire.SubmitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "w"}})}, &reply, nil)
+	_, err := n.fwd.call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "w"}})}, &reply, nil)
 	require.NoError(t, err, "Submit works on the older leader")
 
 	stop() // the leader restarts, upgraded, on the same address
 	serveFake(t, addr, newLeader{})
-	_, err = n.fwd.call(context.Background(), addr, "Submit", &wire.SubmitArgs{}, &reply, nil)
+	_, err = n.fwd.call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{}, &reply, nil)
 	require.Error(t, err, "the old connection broke; the forwarder drops it")
 	o = write()
 	require.NoError(t, o.err, "a new connection asks for SubmitBatch again")

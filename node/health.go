@@ -380,7 +380,7 @@ func (n *Node) leaderHealth(ctx context.Context) (*wire.HealthReply, error) {
 		return nil, ErrNoLeader
 	}
 	var reply wire.HealthReply
-	if _, err := n.fwd.call(ctx, string(addr), "Health", 0, &reply, nil); err != nil {
+	if _, err := n.fwd.call(ctx, string(addr), wire.MethodHealth, 0, &reply, nil); err != nil {
 		return nil, err
 	}
 	if reply.Err != nil {

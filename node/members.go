@@ -114,7 +114,7 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 			return err
 		}
 	}
-	return n.onLeader(ctx, "AddMember", m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
+	return n.onLeader(ctx, wire.MethodAddMember, m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
 }
 
 // RemoveMember removes a member from the member table and the Raft
@@ -131,7 +131,7 @@ func (n *Node) RemoveMember(ctx context.Context, id, requestID string) error {
 		requestID = drawRequestID()
 	}
 	args := &removeArgs{ID: id, RequestID: requestID}
-	return n.onLeader(ctx, "RemoveMemberRequest", args, nil, func() error { return n.removeMemberOnLeader(ctx, id, requestID) })
+	return n.onLeader(ctx, wire.MethodRemoveMemberRequest, args, nil, func() error { return n.removeMemberOnLeader(ctx, id, requestID) })
 }
 
 func (n *Node) removeMemberOnLeader(ctx context.Context, id, requestID string) error {
@@ -219,7 +219,7 @@ func (n *Node) removeMemberRow(ctx context.Context, req *fsm.Request) error {
 // TransferLeadership hands leadership to the member id, or to the most
 // up-to-date follower when id is "".
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	return n.onLeader(ctx, "Transfer", id, nil, func() error {
+	return n.onLeader(ctx, wire.MethodTransfer, id, nil, func() error {
 		if id == n.id {
 			return nil // it leads already
 		}
@@ -256,9 +256,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 // onLeader runs fn when this node leads, or calls the leader's RPC method
 // with args; it retries while there is no leader, until ctx ends. These
 // calls are idempotent, so a retry after an unknown outcome is safe.
-func (n *Node) onLeader(ctx context.Context, method string, args, reply any, fn func() error) error {
+func (n *Node) onLeader(ctx context.Context, method wire.Method, args, reply any, fn func() error) error {
 	_, err := route(ctx, n, call[struct{}]{
-		name: method,
+		name: string(method),
 		local: func(context.Context) (struct{}, bool, error) {
 			err := fn()
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {

@@ -114,13 +114,13 @@ func TestRemoveMemberOlderLeader(t *testing.T) {
 	drawn := &removeArgs{ID: "n4", RequestID: drawRequestID()}
 
 	addr, _ := serveFake(t, "", newMemberLeader{memberLeader{got}})
-	require.NoError(t, n.forwardCall(ctx, addr, "RemoveMemberRequest", keyed))
+	require.NoError(t, n.forwardCall(ctx, addr, wire.MethodRemoveMemberRequest, keyed))
 	assert.Equal(t, *keyed, <-got)
 
 	old, _ := serveFake(t, "", memberLeader{got})
-	err := n.forwardCall(ctx, old, "RemoveMemberRequest", keyed)
+	err := n.forwardCall(ctx, old, wire.MethodRemoveMemberRequest, keyed)
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeVersionMismatch})
 	assert.Empty(t, got, "nothing removed")
-	require.NoError(t, n.forwardCall(ctx, old, "RemoveMemberRequest", drawn))
+	require.NoError(t, n.forwardCall(ctx, old, wire.MethodRemoveMemberRequest, drawn))
 	assert.Equal(t, "n4", <-got, "the older leader removes the member")
 }

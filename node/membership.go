@@ -292,7 +292,7 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var reply wire.ProbeReply
-		if _, err = n.probes.call(ctx, addr, "Probe", &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply, nil); err == nil {
+		if _, err = n.probes.call(ctx, addr, wire.MethodProbe, &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply, nil); err == nil {
 			return &reply, nil
 		}
 		if ctx.Err() != nil {
@@ -352,7 +352,7 @@ func (n *Node) join(ctx context.Context) error {
 				}
 			}
 			var reply wire.JoinReply
-			_, err := n.fwd.call(ctx, addr, "Join", me, &reply, nil)
+			_, err := n.fwd.call(ctx, addr, wire.MethodJoin, me, &reply, nil)
 			if err == nil {
 				err = fromWireErr(reply.Err)
 			}

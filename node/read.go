@@ -134,40 +134,40 @@ func (n *Node) readLocal(args *readArgs) *readReply {
 	r := &readReply{}
 	var err error
 	switch args.Op {
-	case "get":
+	case wire.ReadGet:
 		r.Alloc, err = n.fsm.Get(args.Pool, args.Value)
-	case "list":
+	case wire.ReadList:
 		r.Allocs, r.Next, err = n.fsm.List(args.Pool, args.Owner, args.After, args.Limit)
-	case "pool":
+	case wire.ReadPool:
 		var st fsm.PoolStatus
 		if st, err = n.fsm.Pool(args.Pool); err == nil {
 			r.Pools = []poolWire{toWire(st)}
 		}
-	case "pools":
+	case wire.ReadPools:
 		for _, st := range n.fsm.Pools() {
 			r.Pools = append(r.Pools, toWire(st))
 		}
-	case "rangeallocation":
+	case wire.ReadRangeAllocation:
 		r.Range, r.Data, err = n.fsm.RangeAllocation(args.Pool)
-	case "backup":
+	case wire.ReadBackup:
 		var buf bytesBuffer
 		if werr := n.fsm.WriteBackup(&buf); werr != nil {
 			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: werr.Error()}
 		}
 		r.Data = buf.b
-	case "service":
+	case wire.ReadService:
 		var rec fsm.ServiceRecord
 		if rec, err = n.fsm.Service(args.Namespace, args.Name); err == nil {
 			r.Services = []fsm.ServiceRecord{rec}
 		}
-	case "services":
+	case wire.ReadServices:
 		r.Services, r.Index = n.fsm.Services(args.Namespace)
-	case "service-network":
+	case wire.ReadServiceNetwork:
 		r.Network = n.fsm.ServiceNetwork()
-	case "reconcile":
+	case wire.ReadReconcile:
 		r.Findings, r.Index, err = n.fsm.Reconcile(args.Fence, args.Services)
 	default:
-		err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "unknown read " + args.Op}
+		err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "unknown read " + string(args.Op)}
 	}
 	if err != nil {
 		var fe *fsm.Error
@@ -204,7 +204,7 @@ func replyErr(r *readReply) error {
 
 // Get returns the allocation holding value in a pool.
 func (n *Node) Get(ctx context.Context, c Consistency, pool, value string) (fsm.Allocation, error) {
-	r, err := n.read(ctx, &readArgs{Op: "get", Pool: pool, Value: value, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadGet, Pool: pool, Value: value, Consistency: int(c)})
 	if err != nil {
 		return fsm.Allocation{}, err
 	}
@@ -214,7 +214,7 @@ func (n *Node) Get(ctx context.Context, c Consistency, pool, value string) (fsm.
 // List returns up to limit allocations of a pool in ascending order after
 // the value after, held by owner ("" for any); next is "" on the last page.
 func (n *Node) List(ctx context.Context, c Consistency, pool, owner, after string, limit int) (allocs []fsm.Allocation, next string, err error) {
-	r, err := n.read(ctx, &readArgs{Op: "list", Pool: pool, Owner: owner, After: after, Limit: limit, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadList, Pool: pool, Owner: owner, After: after, Limit: limit, Consistency: int(c)})
 	if err != nil {
 		return nil, "", err
 	}
@@ -223,7 +223,7 @@ func (n *Node) List(ctx context.Context, c Consistency, pool, owner, after strin
 
 // Pool returns the status of a pool.
 func (n *Node) Pool(ctx context.Context, c Consistency, name string) (PoolStatus, error) {
-	r, err := n.read(ctx, &readArgs{Op: "pool", Pool: name, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadPool, Pool: name, Consistency: int(c)})
 	if err != nil {
 		return PoolStatus{}, err
 	}
@@ -235,7 +235,7 @@ func (n *Node) Pool(ctx context.Context, c Consistency, name string) (PoolStatus
 
 // Pools returns the status of every pool, sorted by name.
 func (n *Node) Pools(ctx context.Context, c Consistency) ([]PoolStatus, error) {
-	r, err := n.read(ctx, &readArgs{Op: "pools", Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadPools, Consistency: int(c)})
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +252,7 @@ func (n *Node) Pools(ctx context.Context, c Consistency) ([]PoolStatus, error) {
 
 // RangeAllocation returns a pool's Kubernetes RangeAllocation record.
 func (n *Node) RangeAllocation(ctx context.Context, c Consistency, pool string) (rng string, data []byte, err error) {
-	r, err := n.read(ctx, &readArgs{Op: "rangeallocation", Pool: pool, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadRangeAllocation, Pool: pool, Consistency: int(c)})
 	if err != nil {
 		return "", nil, err
 	}
@@ -264,7 +264,7 @@ func (n *Node) RangeAllocation(ctx context.Context, c Consistency, pool string) 
 // applied state and needs no leader: the way to save what a survivor holds
 // when the cluster has lost its quorum.
 func (n *Node) BackupAt(ctx context.Context, c Consistency, w io.Writer) error {
-	r, err := n.read(ctx, &readArgs{Op: "backup", Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadBackup, Consistency: int(c)})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 	"github.com/rangealloc/rangealloc/service"
 )
 
@@ -104,7 +105,7 @@ func (n *Node) DeleteService(ctx context.Context, namespace, name string, dryRun
 
 // Service returns one Service.
 func (n *Node) Service(ctx context.Context, c Consistency, namespace, name string) (ServiceRecord, error) {
-	r, err := n.read(ctx, &readArgs{Op: "service", Namespace: namespace, Name: name, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadService, Namespace: namespace, Name: name, Consistency: int(c)})
 	if err != nil {
 		return ServiceRecord{}, err
 	}
@@ -118,7 +119,7 @@ func (n *Node) Service(ctx context.Context, c Consistency, namespace, name strin
 // namespace and name, and the applied index they were read at: a fence
 // for Reconcile.
 func (n *Node) Services(ctx context.Context, c Consistency, namespace string) ([]ServiceRecord, uint64, error) {
-	r, err := n.read(ctx, &readArgs{Op: "services", Namespace: namespace, Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadServices, Namespace: namespace, Consistency: int(c)})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -130,7 +131,7 @@ func (n *Node) Services(ctx context.Context, c Consistency, namespace string) ([
 
 // ServiceNetwork returns the service network (no families: none set).
 func (n *Node) ServiceNetwork(ctx context.Context, c Consistency) (fsm.ServiceNetwork, error) {
-	r, err := n.read(ctx, &readArgs{Op: "service-network", Consistency: int(c)})
+	r, err := n.read(ctx, &readArgs{Op: wire.ReadServiceNetwork, Consistency: int(c)})
 	if err != nil {
 		return fsm.ServiceNetwork{}, err
 	}
@@ -155,7 +156,7 @@ func (n *Node) Reconcile(ctx context.Context, fence uint64, listed []service.Spe
 		return nil, 0, err
 	}
 	if !repair {
-		r, err := n.read(ctx, &readArgs{Op: "reconcile", Fence: fence, Services: listed, Consistency: int(Linearizable)})
+		r, err := n.read(ctx, &readArgs{Op: wire.ReadReconcile, Fence: fence, Services: listed, Consistency: int(Linearizable)})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
+	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // Allocate takes count dynamic values (value "") or the named value from a
@@ -228,9 +229,9 @@ func lostLead(err error) bool {
 // whether it may have been applied though err is set.
 func (n *Node) forwardRestore(ctx context.Context, addr string, args *restoreArgs) (maybe bool, err error) {
 	var reply callReply
-	sent, err := n.fwd.call(ctx, addr, "RestoreRequest", args, &reply, n.leaderMoved(addr))
+	sent, err := n.fwd.call(ctx, addr, wire.MethodRestoreRequest, args, &reply, n.leaderMoved(addr))
 	if err != nil {
-		if e := olderLeader(addr, "RestoreRequest", err); e != nil {
+		if e := olderLeader(addr, wire.MethodRestoreRequest, err); e != nil {
 			return false, e
 		}
 		return sent, fmt.Errorf("forward to leader %s: %w", addr, err)

@@ -11,9 +11,47 @@ import (
 	"github.com/rangealloc/rangealloc/service"
 )
 
+// Method names a call of the forwarding RPC: the service's method
+// "Node.<Method>" on the wire.
+type Method string
+
+// The calls of the forwarding RPC.
+const (
+	MethodSubmit              Method = "Submit"              // one write (SubmitArgs)
+	MethodSubmitBatch         Method = "SubmitBatch"         // writes gathered by a follower (SubmitBatchArgs)
+	MethodRead                Method = "Read"                // a read (ReadArgs)
+	MethodAddMember           Method = "AddMember"           // add a member (fsm.Member)
+	MethodRemoveMember        Method = "RemoveMember"        // remove a member, before request IDs (string)
+	MethodRemoveMemberRequest Method = "RemoveMemberRequest" // remove a member under a request ID (RemoveArgs)
+	MethodTransfer            Method = "Transfer"            // hand leadership over (string)
+	MethodFinalizeUpgrade     Method = "FinalizeUpgrade"     // raise the feature level (int)
+	MethodJoin                Method = "Join"                // a node asks to join (fsm.Member)
+	MethodProbe               Method = "Probe"               // who are you, and whom do you follow (ProbeArgs)
+	MethodHealth              Method = "Health"              // a leader asks a member's health (int)
+	MethodRestore             Method = "Restore"             // a restore, before request IDs ([]byte)
+	MethodRestoreRequest      Method = "RestoreRequest"      // a restore under a request ID (RestoreArgs)
+)
+
+// ReadOp names what a read reads.
+type ReadOp string
+
+// The reads.
+const (
+	ReadGet             ReadOp = "get"
+	ReadList            ReadOp = "list"
+	ReadPool            ReadOp = "pool"
+	ReadPools           ReadOp = "pools"
+	ReadRangeAllocation ReadOp = "rangeallocation"
+	ReadBackup          ReadOp = "backup"
+	ReadService         ReadOp = "service"
+	ReadServices        ReadOp = "services"
+	ReadServiceNetwork  ReadOp = "service-network"
+	ReadReconcile       ReadOp = "reconcile"
+)
+
 // ReadArgs names a read.
 type ReadArgs struct {
-	Op                        string // "get", "list", "pool", "pools", "rangeallocation", "backup", "service", "services", "service-network", "reconcile"
+	Op                        ReadOp
 	Pool, Value, Owner, After string
 	Limit                     int
 	Consistency               int
