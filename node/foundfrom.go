@@ -218,7 +218,7 @@ func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	if err := durable.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
 		return err
 	}
-	n.restoring.Store(false)
+	n.life.advance(phaseServing)
 	n.logger.Info("founded the cluster from a backup", "backup", n.cfg.RestoreFrom, "cluster_id", n.ClusterID())
 	return nil
 }

@@ -103,11 +103,11 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	requireFounded(t, n)
 	svc := &rpcService{n: n}
 	assert.Nil(t, svc.member(), "forwarded calls are served once the founding is done")
-	n.restoring.Store(true) // as between the founding and the restore
+	n.life.p.Store(uint32(phaseRestoring)) // as between the founding and the restore
 	e := svc.member()
 	require.NotNil(t, e, "no forwarded read or write reaches the state a founding restore replaces")
 	assert.True(t, e.NotLeader, "a refusal callers retry: nothing was applied")
-	n.restoring.Store(false)
+	n.life.p.Store(uint32(phaseServing))
 
 	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
 	require.NoError(t, err)

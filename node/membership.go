@@ -150,7 +150,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 				waiting[r.peer.ID] = r.err.Error()
 			case r.reply.ID != r.peer.ID:
 				waiting[r.peer.ID] = fmt.Sprintf("the node at %s is %q, not %q", r.peer.RaftAddr, r.reply.ID, r.peer.ID)
-			case r.reply.HasState && !n.foundingReady.Load():
+			case r.reply.HasState && n.life.get() < phaseOffering:
 				return "", n.refuseFounding(r.peer, r.reply)
 			case r.reply.HasState && !slices.Contains(r.reply.Voters, n.id):
 				// Not the cluster this founding made, which has every
@@ -172,7 +172,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 				waiting[r.peer.ID] = "not ready to found yet"
 			}
 		}
-		if !n.foundingReady.Load() && len(empty) == len(others) {
+		if n.life.get() < phaseOffering && len(empty) == len(others) {
 			if err := n.refuseLostCluster(); err != nil {
 				return "", err
 			}
@@ -184,7 +184,7 @@ func (n *Node) found(ctx context.Context) (string, error) {
 			n.logger.Info("every peer answered without state; ready to found the cluster")
 			continue
 		}
-		if n.foundingReady.Load() && len(ready) == len(others) {
+		if n.life.get() >= phaseOffering && len(ready) == len(others) {
 			if existing != "" { // a peer bootstrapped already, with the least candidate
 				return existing, nil
 			}
@@ -214,13 +214,13 @@ func (n *Node) found(ctx context.Context) (string, error) {
 // two cluster IDs, each refusing the other's handshake.
 func (n *Node) offerCandidate(c string) {
 	n.candidate.Store(c)
-	n.foundingReady.Store(true)
+	n.life.advance(phaseOffering)
 }
 
 // foundingOffer returns whether this founder is ready and its candidate
 // (see offerCandidate).
 func (n *Node) foundingOffer() (bool, string) {
-	ready := n.foundingReady.Load()
+	ready := n.life.get() >= phaseOffering
 	candidate, _ := n.candidate.Load().(string)
 	return ready, candidate
 }
@@ -321,7 +321,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 			}
 		}
 	}
-	r.HasState = !n.starting.Load() && (r.LastIndex > 0 || len(r.Voters) > 0)
+	r.HasState = !n.life.starting() && (r.LastIndex > 0 || len(r.Voters) > 0)
 	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.maxFeatureLevel()
 	r.ClusterLevel = n.fsm.FeatureLevel()
 	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)

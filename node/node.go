@@ -77,13 +77,8 @@ type Node struct {
 	// (members, cluster ID, level) is the founding's.
 	established   chan struct{}
 	establishOnce sync.Once
-	// starting is true while a node without state has not yet founded or
-	// joined a cluster (membership.go); foundingReady once it has seen
-	// every peer without state.
-	starting, foundingReady atomic.Bool
-	// restoring is true from before a lone node founds its cluster from a
-	// backup until the restore is done: forwarded calls are refused.
-	restoring atomic.Bool
+	// life is the node's start-up phase (phase.go).
+	life lifecycle
 	// candidate is the cluster ID this founder offers its peers (a string).
 	candidate atomic.Value
 	// clusterID is the cluster's ID (a string), "" until learned; the
@@ -194,7 +189,13 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.restoring.Store(foundFrom != nil)
+	// The phase's first move: a node with state serves, or finishes the
+	// founding restore it was stopped in.
+	if disk.hasState && foundFrom != nil {
+		n.life.advance(phaseRestoring)
+	} else if disk.hasState {
+		n.life.advance(phaseServing)
+	}
 	if disk.hasState {
 		if err := n.resumeFounding(); err != nil {
 			return err
@@ -253,12 +254,15 @@ func (n *Node) start(ctx context.Context) error {
 		n.mux.OpenRaft()
 		n.warnLoneFounder()
 	} else {
-		n.starting.Store(true)
 		if err := n.takePart(ctx); err != nil {
 			return err
 		}
 		n.mux.OpenRaft()
-		n.starting.Store(false)
+		if foundFrom != nil {
+			n.life.advance(phaseRestoring)
+		} else {
+			n.life.advance(phaseServing)
+		}
 	}
 	if foundFrom != nil {
 		if err := n.restoreFounding(ctx, foundFrom); err != nil {

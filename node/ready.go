@@ -65,7 +65,7 @@ func (n *Node) followLoop() {
 		case <-t.C:
 		}
 		addr, id := n.raft.LeaderWithID()
-		if n.starting.Load() || addr == "" || id == raft.ServerID(n.id) {
+		if n.life.starting() || addr == "" || id == raft.ServerID(n.id) {
 			continue
 		}
 		n.finishFounding(false)
@@ -86,7 +86,7 @@ func (n *Node) Readiness() Readiness {
 	not := func(reason, format string, args ...any) Readiness {
 		return Readiness{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 	}
-	if n.starting.Load() {
+	if n.life.starting() {
 		return not(ReasonBootstrapping, "this node has not founded or joined a cluster yet")
 	}
 	if n.DiskStalled() {
