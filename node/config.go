@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/allocator"
@@ -36,7 +38,7 @@ type Config struct {
 	// and node-id.
 	DataDir string
 	// LogStore picks the Raft log and stable store: LogStoreBolt ("bolt",
-	// raft.db, a bbolt B+tree: two fsyncs per append) or LogStoreWAL
+	// raft.db, a bbolt B+tree: two fsyncs per append) or storage.LogStoreWAL
 	// ("wal", wal/, an append-only segmented log: one fsync per append).
 	// It is chosen when the data directory is first used and recorded in
 	// DataDir/log-store; empty means the recorded one, or bolt for a new
@@ -230,7 +232,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is %d bytes long; at most %d", a.name, len(a.addr), fsm.MaxAddressLen))
 		}
 	}
-	if err := validLogStore(c.LogStore); err != nil {
+	if err := storage.Valid(c.LogStore); err != nil {
 		errs = append(errs, err)
 	}
 	if c.WALSegmentSize > 1<<30 {

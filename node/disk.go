@@ -3,12 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -82,7 +82,7 @@ func (n *Node) DiskStats() DiskStats {
 	d := &n.disk
 	return DiskStats{Free: d.free.Load(), Floor: n.cfg.MinFreeDisk, Low: d.low.Load(),
 		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load(),
-		Stalled: n.stall.stalled.Load(), Stalls: n.stall.stalls.Load()}
+		Stalled: n.stall.Stalled(), Stalls: n.stall.Stalls()}
 }
 
 // startDiskWatch reads the disk once, so that a node started on a full
@@ -117,7 +117,7 @@ func (n *Node) checkDisk() {
 	d := &n.disk
 	read := n.cfg.DiskFree
 	if read == nil {
-		read = statfsFree
+		read = storage.FreeBytes
 	}
 	free, err := read(n.cfg.DataDir)
 	switch {
@@ -138,12 +138,12 @@ func (n *Node) checkDisk() {
 			n.logger.Info("disk has space again: taking client writes", "free", human.Bytes(free))
 		}
 	}
-	if n.logStore == LogStoreWAL {
-		d.logBytes.Store(walSize(n.cfg.DataDir))
+	if n.logStore == storage.LogStoreWAL {
+		d.logBytes.Store(storage.WALSize(n.cfg.DataDir))
 	} else {
-		d.logBytes.Store(fileSize(filepath.Join(n.cfg.DataDir, boltFile)))
+		d.logBytes.Store(storage.FileSize(filepath.Join(n.cfg.DataDir, storage.BoltFile)))
 	}
-	d.snapBytes.Store(treeSize(filepath.Join(n.cfg.DataDir, "snapshots")))
+	d.snapBytes.Store(storage.TreeSize(filepath.Join(n.cfg.DataDir, "snapshots")))
 }
 
 // fillDiskProbe adds this node's disk to its probe reply: a low leader
@@ -244,31 +244,6 @@ func (n *Node) voterWithSpace() (raft.Server, bool) {
 		return raft.Server{}, false
 	}
 	return voters[best], true
-}
-
-// fileSize is the size of the file at path, 0 if it cannot be read.
-func fileSize(path string) uint64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return uint64(fi.Size())
-}
-
-// treeSize is the total size of the regular files under dir. Files that
-// vanish during the walk (a snapshot being replaced) are skipped.
-func treeSize(dir string) uint64 {
-	var total uint64
-	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := e.Info(); err == nil {
-			total += uint64(fi.Size())
-		}
-		return nil
-	})
-	return total
 }
 
 // refusedForDisk tells whether res is a refusal for want of space (of

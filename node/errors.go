@@ -3,6 +3,8 @@ package node
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rangealloc/rangealloc/node/internal/storage"
 )
 
 // Errors of the node. Domain failures (RangeFull, AlreadyAllocated, …) are
@@ -45,3 +47,23 @@ func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknow
 
 // Unwrap returns the last failure seen.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// The data directory's errors and log stores (package storage keeps the
+// data directory; these names are the node's API).
+var (
+	// ErrStorage matches every StorageError.
+	ErrStorage = storage.ErrStorage
+	// ErrLogStoreMismatch: Config.LogStore differs from the one the data
+	// directory records.
+	ErrLogStoreMismatch = storage.ErrLogStoreMismatch
+)
+
+// StorageError refuses to start a node whose data directory cannot be
+// trusted. Path names the file at fault.
+type StorageError = storage.Error
+
+// The log stores a data directory may use (Config.LogStore).
+const (
+	LogStoreBolt = storage.LogStoreBolt // raft.db, a bbolt B+tree: two fsyncs per append
+	LogStoreWAL  = storage.LogStoreWAL  // wal/, an append-only segmented log: one fsync per append
+)

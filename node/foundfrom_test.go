@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/durable"
@@ -142,7 +144,7 @@ func TestLoneNodeFoundingInterrupted(t *testing.T) {
 	founding, stop := context.WithCancel(ctx)
 	go func() {
 		for founding.Err() == nil {
-			if _, err := os.Stat(filepath.Join(cfg.DataDir, markerFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, storage.MarkerFile)); err == nil {
 				stop()
 				return
 			}
@@ -305,5 +307,5 @@ func TestLoneNodeLostDiskSteersClusterBackupToJoin(t *testing.T) {
 	assert.Contains(t, err.Error(), "That backup is of a cluster of 3 members (a, b, c)")
 	assert.Contains(t, err.Error(), "start it with --join")
 	assert.Contains(t, err.Error(), "If none is left, start it with --restore-from "+filepath.Join(bdir, name))
-	assert.NoFileExists(t, filepath.Join(cfg.DataDir, clusterFile), "nothing founded")
+	assert.NoFileExists(t, filepath.Join(cfg.DataDir, storage.ClusterFile), "nothing founded")
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -112,7 +114,7 @@ func (n *Node) takePart(ctx context.Context) error {
 // keepClusterID makes id this node's cluster ID, in memory and in the
 // data directory, before its Raft port opens.
 func (n *Node) keepClusterID(id string) error {
-	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, clusterFile), []byte(id+"\n"), 0o600); err != nil {
+	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, storage.ClusterFile), []byte(id+"\n"), 0o600); err != nil {
 		return fmt.Errorf("keep the cluster ID: %w", err)
 	}
 	n.clusterID.Store(id)
@@ -243,7 +245,7 @@ func (n *Node) refuseFounding(p Peer, r *wire.ProbeReply) error {
 	}
 	for _, v := range r.Voters {
 		if v == n.id {
-			return &StorageError{Path: n.cfg.DataDir, Problem: fmt.Sprintf(
+			return &storage.Error{Path: n.cfg.DataDir, Problem: fmt.Sprintf(
 				"the directory holds no Raft state, but this node (%s) is a voter of cluster %s: peer %s at %s holds the cluster's state "+
 					"(last index %d). This node's data is gone, and it must not vote or serve as if it had none",
 				n.id, cluster, p.ID, p.RaftAddr, r.LastIndex)}
@@ -368,7 +370,7 @@ func (n *Node) join(ctx context.Context) error {
 					"via", addr, "cluster_id", reply.ClusterID)
 				return nil
 			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
-				return &StorageError{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
+				return &storage.Error{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
 			case errors.As(err, &fe) && (fe.Code == fsm.CodeNodeNotEmpty || fe.Code == fsm.CodeVersionMismatch):
 				return fmt.Errorf("refusing to start: joining through %s: %w", addr, err)
 			}
@@ -486,13 +488,13 @@ func (n *Node) ClusterID() string {
 
 // loadClusterID reads the cluster ID kept in the data directory.
 func (n *Node) loadClusterID() error {
-	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, clusterFile))
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, storage.ClusterFile))
 	if errors.Is(err, os.ErrNotExist) {
 		n.clusterID.Store("")
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", clusterFile, err)
+		return fmt.Errorf("read %s: %w", storage.ClusterFile, err)
 	}
 	n.clusterID.Store(strings.TrimSpace(string(b)))
 	return nil

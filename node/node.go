@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -36,8 +38,8 @@ type Node struct {
 	// raftTrans is the transport Raft uses: trans, or what
 	// Config.WrapTransport made of it.
 	raftTrans raft.Transport
-	store     *markedStore
-	logStore  string // LogStoreBolt or LogStoreWAL, as the data directory records
+	store     *storage.Store
+	logStore  string // LogStoreBolt or storage.LogStoreWAL, as the data directory records
 	fwd       *forwarder
 	// batchers queue the writes forwarded to each leader address
 	// (fwdbatch.go); fwdMu guards the map.
@@ -103,7 +105,7 @@ type Node struct {
 	// disk is what this node last read of its disk (disk.go).
 	disk diskWatch
 	// stall times the log store's writes (stall.go).
-	stall stallWatch
+	stall storage.StallWatch
 
 	shutdown chan struct{}
 	// raftDown is closed once Raft has stopped: a future it has not
@@ -169,10 +171,10 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("advertise address %q: %w", n.addr, err)
 	}
-	if n.logStore, err = resolveLogStore(cfg.DataDir, cfg.LogStore, true); err != nil {
+	if n.logStore, err = storage.Resolve(cfg.DataDir, cfg.LogStore, true); err != nil {
 		return err
 	}
-	disk, err := checkStorage(cfg.DataDir, n.logStore, n.logger)
+	disk, err := storage.Check(cfg.DataDir, n.logStore, n.logger)
 	if err != nil {
 		return err
 	}
@@ -181,7 +183,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	var foundFrom *fsm.Backup // the backup a lone node founds from, or finishes restoring
 	switch {
-	case disk.hasState:
+	case disk.HasState:
 		foundFrom, err = n.pendingRestore()
 	case cfg.loneFounder():
 		foundFrom, err = n.prepareFounding()
@@ -191,12 +193,12 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	// The phase's first move: a node with state serves, or finishes the
 	// founding restore it was stopped in.
-	if disk.hasState && foundFrom != nil {
+	if disk.HasState && foundFrom != nil {
 		n.life.advance(phaseRestoring)
-	} else if disk.hasState {
+	} else if disk.HasState {
 		n.life.advance(phaseServing)
 	}
-	if disk.hasState {
+	if disk.HasState {
 		if err := n.resumeFounding(); err != nil {
 			return err
 		}
@@ -216,7 +218,7 @@ func (n *Node) start(ctx context.Context) error {
 		trans = cfg.WrapTransport(trans)
 	}
 	n.raftTrans = trans
-	logs, snaps, err := n.openStores(disk.marked)
+	logs, snaps, err := n.openStores(disk.Marked)
 	if err != nil {
 		return err
 	}
@@ -244,7 +246,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.followLoop)
 	n.startDiskWatch()
 	n.startStallWatch()
-	if disk.hasState {
+	if disk.HasState {
 		// A founding marker left by a crash between bootstrap and its
 		// removal (takePart) would let this directory, once emptied, skip
 		// the questions that refuse a lost voter.
@@ -270,7 +272,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 	n.startBackups()
-	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.hasState, "cluster_id", n.ClusterID())
+	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.HasState, "cluster_id", n.ClusterID())
 	return nil
 }
 
@@ -321,18 +323,16 @@ func (n *Node) inConfiguration(id string) (member, empty bool) {
 // state marker written before its first write) behind a log cache, and
 // the snapshot store keeping two snapshots.
 func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error) {
-	s, err := openLogStore(n.cfg.DataDir, n.logStore, n.cfg.WALSegmentSize, n.logger)
+	s, err := storage.Open(n.cfg.DataDir, n.logStore, n.cfg.WALSegmentSize, n.logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	n.store = newMarkedStore(s, n.cfg.DataDir, marked)
-	n.store.before = n.cfg.BeforeStoreWrite
-	n.store.stall = &n.stall
+	n.store = storage.NewStore(s, n.cfg.DataDir, marked, &n.stall, n.cfg.BeforeStoreWrite)
 	logs, err := raft.NewLogCache(1024, n.store)
 	if err != nil {
 		return nil, nil, err
 	}
-	snaps, err := openSnapshots(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
+	snaps, err := storage.OpenSnapshots(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}

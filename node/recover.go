@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -130,7 +132,7 @@ type RecoverResult struct {
 //
 // It refuses (ErrRecoverRefused), changing nothing, a data directory in
 // use by a running node, one without state, one its storage checks refuse
-// (StorageError, as at start), and members that do not name this node.
+// (storage.Error, as at start), and members that do not name this node.
 //
 // The risk: a member left out that comes back with its old data still
 // holds the old configuration, in which it and another lost member are a
@@ -157,19 +159,19 @@ func Recover(cfg RecoverConfig) (res RecoverResult, err error) {
 	if err := notInUse(cfg.DataDir); err != nil {
 		return res, err
 	}
-	store, err := resolveLogStore(cfg.DataDir, "", false)
+	store, err := storage.Resolve(cfg.DataDir, "", false)
 	if err != nil {
 		return res, err
 	}
-	disk, err := checkStorage(cfg.DataDir, store, logger)
+	disk, err := storage.Check(cfg.DataDir, store, logger)
 	if err != nil {
 		return res, err
 	}
-	if !disk.hasState {
+	if !disk.HasState {
 		return res, fmt.Errorf("%w: %s holds no Raft state: there is nothing to recover", ErrRecoverRefused, cfg.DataDir)
 	}
 	n := &Node{cfg: Config{DataDir: cfg.DataDir}, logger: logger, logStore: store}
-	logs, snaps, err := n.openStores(disk.marked)
+	logs, snaps, err := n.openStores(disk.Marked)
 	if err != nil {
 		return res, err
 	}
@@ -206,7 +208,7 @@ func (n *Node) recoverStores(cfg RecoverConfig, res *RecoverResult, logs raft.Lo
 	if cfg.DryRun {
 		return nil
 	}
-	err = safely("recover", func() error {
+	err = storage.Safely("recover", func() error {
 		return raft.RecoverCluster(n.raftConfig(res.ID), fsm.New(hclog.NewNullLogger()), logs, n.store, snaps, trans, conf)
 	})
 	if err != nil {
@@ -234,7 +236,7 @@ func (n *Node) raftConfig(id string) *raft.Config {
 // throwaway state machine takes the snapshot Raft restores on the way).
 func oldConfiguration(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (raft.Configuration, error) {
 	var conf raft.Configuration
-	err := safely("read the configuration", func() error {
+	err := storage.Safely("read the configuration", func() error {
 		var err error
 		conf, err = raft.GetConfiguration(rc, fsm.New(hclog.NewNullLogger()), logs, stable, snaps, trans)
 		return err
@@ -337,27 +339,15 @@ func keptNodeID(dir string) (string, error) {
 }
 
 // notInUse refuses a data directory whose raft.db, or wal metadata file,
-// a running node holds (boltInUse). A log store that is missing or does
-// not open is left to checkStorage, which names what is wrong; it runs
+// a running node holds (storage.BoltInUse). A log store that is missing or does
+// not open is left to storage.Check, which names what is wrong; it runs
 // only once this check passed, as it removes temp files a running node
 // may be writing.
 func notInUse(dir string) error {
-	for _, path := range []string{walMetaPath(dir), filepath.Join(dir, boltFile)} {
-		if boltInUse(path) {
+	for _, path := range []string{storage.WALMetaPath(dir), filepath.Join(dir, storage.BoltFile)} {
+		if storage.BoltInUse(path) {
 			return fmt.Errorf("%w: %s is in use: a node is running on %s; stop it first", ErrRecoverRefused, path, dir)
 		}
 	}
 	return nil
-}
-
-// safely runs fn, turning a panic into an error: hashicorp/raft and the
-// state machine panic on a log entry they cannot read, and a command must
-// name the problem instead of printing a trace.
-func safely(what string, fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: %v", what, r)
-		}
-	}()
-	return fn()
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,7 +98,7 @@ func dirDigest(t *testing.T, dir string) map[string][32]byte {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if d.Name() == boltFile || d.Name() == "wal-meta.db" {
+		if d.Name() == storage.BoltFile || d.Name() == "wal-meta.db" {
 			out[path] = boltDigest(t, path)
 			return nil
 		}
@@ -133,7 +135,7 @@ func boltDigest(t *testing.T, path string) [32]byte {
 // some only in the log, are all there when it starts again, alone and
 // writable, and a dry run before changed nothing.
 func TestRecoverKeepsEveryEntry(t *testing.T) {
-	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+	for _, store := range []string{LogStoreBolt, storage.LogStoreWAL} {
 		t.Run(store, func(t *testing.T) { testRecoverKeepsEveryEntry(t, store) })
 	}
 }

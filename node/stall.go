@@ -1,9 +1,9 @@
 package node
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/hashicorp/raft"
 )
@@ -46,90 +46,11 @@ import (
 // counts the stalls. A follower's stalled disk stops nothing: the other
 // two nodes commit without it.
 
-// stallWatch times the log and stable store's writes in flight. Every
-// write calls begin and end; the node's stallLoop calls check.
-type stallWatch struct {
-	stalled atomic.Bool   // a write has been in flight longer than the timeout
-	stalls  atomic.Uint64 // stalls so far
-
-	mu sync.Mutex
-	// mu guards the following.
-	next   uint64               // the ID of the next write
-	starts map[uint64]time.Time // when each write in flight began; a few at most
-	began  time.Time            // when the current stall began (the write's start)
-}
-
-// begin notes a write starting and returns its ID, for end.
-func (w *stallWatch) begin() uint64 {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.starts == nil {
-		w.starts = map[uint64]time.Time{}
-	}
-	w.next++
-	w.starts[w.next] = now
-	return w.next
-}
-
-// end notes write id returning.
-func (w *stallWatch) end(id uint64) {
-	w.mu.Lock()
-	delete(w.starts, id)
-	w.mu.Unlock()
-}
-
-// oldest is when the oldest write in flight began; ok is false when none
-// is. mu must be held.
-func (w *stallWatch) oldest() (at time.Time, ok bool) {
-	for _, t := range w.starts {
-		if !ok || t.Before(at) {
-			at, ok = t, true
-		}
-	}
-	return at, ok
-}
-
-// Stall transitions, as check reports them.
-const (
-	stallNone  = iota // no change
-	stallBegan        // a write has been in flight longer than the timeout
-	stallEnded        // no write in flight is older than the timeout any more
-)
-
-// check decides, at now, whether the disk is stalled: a write in flight
-// for longer than timeout. It returns the transition, if any, and how
-// long the write that stalled had been running (at its start) or ran (at
-// its end).
-func (w *stallWatch) check(now time.Time, timeout time.Duration) (transition int, d time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	since, busy := w.oldest()
-	late := busy && now.Sub(since) > timeout
-	switch {
-	case late && !w.stalled.Load():
-		w.began = since
-		w.stalled.Store(true)
-		w.stalls.Add(1)
-		return stallBegan, now.Sub(w.began)
-	case !late && w.stalled.Load():
-		w.stalled.Store(false)
-		return stallEnded, now.Sub(w.began)
-	}
-	return stallNone, 0
-}
-
-// stallCheckEvery is how often stallLoop looks: a tenth of the timeout,
-// within [10ms, 100ms]. A look costs a mutex and a clock read.
-func stallCheckEvery(timeout time.Duration) time.Duration {
-	return min(max(timeout/10, 10*time.Millisecond), 100*time.Millisecond)
-}
-
 // stallLoop watches the store's writes, and holds this node's Raft
 // messages while one is stalled.
 func (n *Node) stallLoop() {
 	timeout := n.cfg.DiskStallTimeout
-	t := time.NewTicker(stallCheckEvery(timeout))
+	t := time.NewTicker(storage.StallCheckEvery(timeout))
 	defer t.Stop()
 	for {
 		var now time.Time
@@ -138,14 +59,14 @@ func (n *Node) stallLoop() {
 			return
 		case now = <-t.C:
 		}
-		switch tr, d := n.stall.check(now, timeout); tr {
-		case stallBegan:
+		switch tr, d := n.stall.Check(now, timeout); tr {
+		case storage.StallBegan:
 			n.handOffForStall(stallHandOffWait)
 			n.mux.HoldRaft(true)
 			n.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
 				"until it does, so that the others elect a leader", "waiting", d.Round(time.Millisecond), "disk_stall_timeout", timeout,
 				"data_dir", n.cfg.DataDir)
-		case stallEnded:
+		case storage.StallEnded:
 			n.mux.HoldRaft(false)
 			n.logger.Warn("disk answers again; this node takes part in Raft again, as a follower if another node leads",
 				"stalled_for", d.Round(time.Millisecond))
@@ -202,4 +123,4 @@ func (n *Node) startStallWatch() {
 
 // DiskStalled reports whether a write to this node's Raft log or stable
 // store has gone unanswered for longer than Config.DiskStallTimeout.
-func (n *Node) DiskStalled() bool { return n.stall.stalled.Load() }
+func (n *Node) DiskStalled() bool { return n.stall.Stalled() }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -34,7 +36,7 @@ import (
 // append, where a bolt commit costs two).
 func BenchmarkStorageFloor(b *testing.B) {
 	storageFloor(b, LogStoreBolt)
-	b.Run(LogStoreWAL, func(b *testing.B) { storageFloor(b, LogStoreWAL) })
+	b.Run(storage.LogStoreWAL, func(b *testing.B) { storageFloor(b, storage.LogStoreWAL) })
 }
 
 func storageFloor(b *testing.B, store string) {
@@ -74,7 +76,7 @@ func storageFloor(b *testing.B, store string) {
 			for i := range followers {
 				followers[i] = make(chan round, 4)
 				wg.Add(1)
-				go func(s raftStore, in chan round) {
+				go func(s storage.RaftStore, in chan round) {
 					defer wg.Done()
 					for r := range in {
 						r.first <- s.StoreLogs(r.logs)
@@ -117,10 +119,10 @@ func storageFloor(b *testing.B, store string) {
 // openStores3 opens three Raft log stores of the given kind as the node
 // does, each in its own directory on the same disk, closed when the
 // benchmark ends.
-func openStores3(b *testing.B, store string) [3]raftStore {
-	var stores [3]raftStore
+func openStores3(b *testing.B, store string) [3]storage.RaftStore {
+	var stores [3]storage.RaftStore
 	for i := range stores {
-		s, err := openLogStore(b.TempDir(), store, 0, hclog.NewNullLogger())
+		s, err := storage.Open(b.TempDir(), store, 0, hclog.NewNullLogger())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -131,12 +133,12 @@ func openStores3(b *testing.B, store string) [3]raftStore {
 }
 
 // BenchmarkCheckStorage measures what the start-up check of a data
-// directory costs (checkStorage: the page walk, bbolt's own check, the
+// directory costs (storage.Check: the page walk, bbolt's own check, the
 // store's bounds) on a raft.db of the size a busy node keeps: TrailingLogs
 // (10,240) group-commit entries of sizes from 100 B to 16 KiB, about 80 MB.
 func BenchmarkCheckStorage(b *testing.B) {
 	dir := b.TempDir()
-	s, err := openBolt(dir)
+	s, err := storage.OpenBolt(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,15 +153,15 @@ func BenchmarkCheckStorage(b *testing.B) {
 			batch = batch[:0]
 		}
 	}
-	if err := s.SetUint64(keyCurrentTerm, 1); err != nil {
+	if err := s.SetUint64(storage.KeyCurrentTerm, 1); err != nil {
 		b.Fatal(err)
 	}
 	s.Close()
-	fi, _ := os.Stat(filepath.Join(dir, boltFile))
+	fi, _ := os.Stat(filepath.Join(dir, storage.BoltFile))
 	logger := hclog.NewNullLogger()
 	b.Run("check", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := checkStorage(dir, LogStoreBolt, logger); err != nil {
+			if _, err := storage.Check(dir, LogStoreBolt, logger); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -167,7 +169,7 @@ func BenchmarkCheckStorage(b *testing.B) {
 	})
 	b.Run("open", func(b *testing.B) { // the baseline: what opening raft.db cost before the check
 		for i := 0; i < b.N; i++ {
-			s, err := openBolt(dir)
+			s, err := storage.OpenBolt(dir)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,15 +1,14 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
+
+	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -24,7 +23,7 @@ import (
 func damagedDir(t *testing.T) (cfg Config, old []byte) {
 	t.Helper()
 	cfg, oldDir := damagedDirOf(t, LogStoreBolt)
-	old, err := os.ReadFile(filepath.Join(oldDir, boltFile))
+	old, err := os.ReadFile(filepath.Join(oldDir, storage.BoltFile))
 	require.NoError(t, err)
 	return cfg, old
 }
@@ -45,12 +44,12 @@ func damagedDirOf(t *testing.T, store string) (cfg Config, old string) {
 	}
 	require.NoError(t, n.Close())
 	old = t.TempDir()
-	if store == LogStoreWAL {
-		require.NoError(t, os.CopyFS(filepath.Join(old, walDir), os.DirFS(filepath.Join(cfg.DataDir, walDir))))
+	if store == storage.LogStoreWAL {
+		require.NoError(t, os.CopyFS(filepath.Join(old, storage.WALDir), os.DirFS(filepath.Join(cfg.DataDir, storage.WALDir))))
 	} else {
-		b, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
+		b, err := os.ReadFile(filepath.Join(cfg.DataDir, storage.BoltFile))
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(old, boltFile), b, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(old, storage.BoltFile), b, 0o600))
 	}
 	n = openReady(t, cfg) // a new term
 	for i := 0; i < 20; i++ {
@@ -64,7 +63,7 @@ func damagedDirOf(t *testing.T, store string) (cfg Config, old string) {
 
 func snapshotDirs(t *testing.T, dir string) []string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, snapDir, "*-*-*"))
+	m, err := filepath.Glob(filepath.Join(dir, storage.SnapDir, "*-*-*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, m, "a snapshot was taken")
 	return m
@@ -78,23 +77,23 @@ func TestStorageDamageRefused(t *testing.T) {
 		says   string
 	}{
 		{"raft.db truncated to 0 bytes", func(t *testing.T, dir string, _ []byte) {
-			require.NoError(t, os.Truncate(filepath.Join(dir, boltFile), 0))
-		}, boltFile, "empty (0 bytes), but this data directory has held Raft state"},
+			require.NoError(t, os.Truncate(filepath.Join(dir, storage.BoltFile), 0))
+		}, storage.BoltFile, "empty (0 bytes), but this data directory has held Raft state"},
 		{"raft.db removed", func(t *testing.T, dir string, _ []byte) {
-			require.NoError(t, os.Remove(filepath.Join(dir, boltFile)))
-		}, boltFile, "missing, but this data directory has held Raft state"},
+			require.NoError(t, os.Remove(filepath.Join(dir, storage.BoltFile)))
+		}, storage.BoltFile, "missing, but this data directory has held Raft state"},
 		{"raft.db cut to half", func(t *testing.T, dir string, _ []byte) {
-			fi, err := os.Stat(filepath.Join(dir, boltFile))
+			fi, err := os.Stat(filepath.Join(dir, storage.BoltFile))
 			require.NoError(t, err)
-			require.NoError(t, os.Truncate(filepath.Join(dir, boltFile), fi.Size()/2))
-		}, boltFile, "corrupt bolt file"},
+			require.NoError(t, os.Truncate(filepath.Join(dir, storage.BoltFile), fi.Size()/2))
+		}, storage.BoltFile, "corrupt bolt file"},
 		{"raft.db replaced by an older copy", func(t *testing.T, dir string, old []byte) {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, boltFile), old, 0o600))
-		}, boltFile, "behind the newest snapshot's term"},
+			require.NoError(t, os.WriteFile(filepath.Join(dir, storage.BoltFile), old, 0o600))
+		}, storage.BoltFile, "behind the newest snapshot's term"},
 		{"raft.db and its marker removed, snapshots kept", func(t *testing.T, dir string, _ []byte) {
-			require.NoError(t, os.Remove(filepath.Join(dir, boltFile)))
-			require.NoError(t, os.Remove(filepath.Join(dir, markerFile)))
-		}, boltFile, "missing, but snapshots exist"},
+			require.NoError(t, os.Remove(filepath.Join(dir, storage.BoltFile)))
+			require.NoError(t, os.Remove(filepath.Join(dir, storage.MarkerFile)))
+		}, storage.BoltFile, "missing, but snapshots exist"},
 		{"a byte of the newest snapshot flipped", func(t *testing.T, dir string, _ []byte) {
 			snaps := snapshotDirs(t, dir)
 			state := filepath.Join(snaps[len(snaps)-1], "state.bin")
@@ -108,8 +107,8 @@ func TestStorageDamageRefused(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(snaps[len(snaps)-1], "meta.json"), []byte("{"), 0o600))
 		}, "meta.json", "unreadable snapshot metadata"},
 		{"snapshots directory deleted", func(t *testing.T, dir string, _ []byte) {
-			require.NoError(t, os.RemoveAll(filepath.Join(dir, snapDir)))
-		}, snapDir, "no snapshot holds the entries before it"},
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, storage.SnapDir)))
+		}, storage.SnapDir, "no snapshot holds the entries before it"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,7 +119,7 @@ func TestStorageDamageRefused(t *testing.T) {
 	}
 }
 
-// requireStartRefused opens a node on cfg and requires a StorageError that
+// requireStartRefused opens a node on cfg and requires a storage.Error that
 // names path and says says, and the way out.
 func requireStartRefused(t *testing.T, cfg Config, path, says string) {
 	t.Helper()
@@ -130,8 +129,8 @@ func requireStartRefused(t *testing.T, cfg Config, path, says string) {
 	if err == nil {
 		n.Close()
 	}
-	require.ErrorIs(t, err, ErrStorage, "Open = %v, want a StorageError", err)
-	var se *StorageError
+	require.ErrorIs(t, err, ErrStorage, "Open = %v, want a storage.Error", err)
+	var se *storage.Error
 	require.ErrorAs(t, err, &se)
 	assert.Contains(t, se.Path, path, "%v", err)
 	assert.Contains(t, se.Problem, says)
@@ -142,11 +141,11 @@ func requireStartRefused(t *testing.T, cfg Config, path, says string) {
 func TestStorageHealthyRestart(t *testing.T) {
 	cfg, _ := damagedDir(t)
 	// What a crash leaves behind: an unfinished snapshot and restore upload.
-	tmpSnap := filepath.Join(cfg.DataDir, snapDir, "9-99-123.tmp")
+	tmpSnap := filepath.Join(cfg.DataDir, storage.SnapDir, "9-99-123.tmp")
 	require.NoError(t, os.MkdirAll(tmpSnap, 0o755))
 	tmpRestore := filepath.Join(cfg.DataDir, "restore-42.tmp")
 	require.NoError(t, os.WriteFile(tmpRestore, []byte("x"), 0o600))
-	halfReaped := filepath.Join(cfg.DataDir, snapDir, "1-2-3") // an old snapshot whose meta.json went first
+	halfReaped := filepath.Join(cfg.DataDir, storage.SnapDir, "1-2-3") // an old snapshot whose meta.json went first
 	require.NoError(t, os.MkdirAll(halfReaped, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(halfReaped, "state.bin"), []byte("x"), 0o600))
 	n := openReady(t, cfg)
@@ -159,7 +158,7 @@ func TestStorageHealthyRestart(t *testing.T) {
 }
 
 func TestStorageMarkerBeforeFirstWrite(t *testing.T) {
-	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+	for _, store := range []string{LogStoreBolt, storage.LogStoreWAL} {
 		t.Run(store, func(t *testing.T) { testStorageMarkerBeforeFirstWrite(t, store) })
 	}
 }
@@ -178,14 +177,14 @@ func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, "Open waits to be joined until its context ends")
 		require.NotErrorIs(t, err, ErrStorage, "a node that never held state is no storage loss")
-		assert.NoFileExists(t, filepath.Join(cfg.DataDir, markerFile), "no state, no marker")
+		assert.NoFileExists(t, filepath.Join(cfg.DataDir, storage.MarkerFile), "no state, no marker")
 		assert.NoFileExists(t, filepath.Join(cfg.DataDir, unfinishedFile), "no state, no unfinished founding")
 	}
 
 	cfg = testConfig(t, t.TempDir())
 	cfg.LogStore = store
 	openReady(t, cfg)
-	assert.FileExists(t, filepath.Join(cfg.DataDir, markerFile), "bootstrapping wrote state, and the marker before it")
+	assert.FileExists(t, filepath.Join(cfg.DataDir, storage.MarkerFile), "bootstrapping wrote state, and the marker before it")
 }
 
 // TestStorageMarkerPending: the marker is pending from before the first
@@ -195,60 +194,49 @@ func testStorageMarkerBeforeFirstWrite(t *testing.T, store string) {
 // a final marker there is refused; a pending marker beside state becomes
 // final.
 func TestStorageMarkerPending(t *testing.T) {
-	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
+	for _, store := range []string{LogStoreBolt, storage.LogStoreWAL} {
 		t.Run(store, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openLogStore(dir, store, 0, hclog.NewNullLogger())
+			s, err := storage.Open(dir, store, 0, hclog.NewNullLogger())
 			require.NoError(t, err)
-			marker := filepath.Join(dir, markerFile)
+			marker := filepath.Join(dir, storage.MarkerFile)
 			var during []byte
-			m := newMarkedStore(peekStore{s, func() { during, _ = os.ReadFile(marker) }}, dir, false)
-			require.NoError(t, m.SetUint64(keyCurrentTerm, 1))
-			assert.Equal(t, pendingMarkerText, string(during), "pending while the first write runs")
+			m := storage.NewStore(peekStore{s, func() { during, _ = os.ReadFile(marker) }}, dir, false, nil, nil)
+			require.NoError(t, m.SetUint64(storage.KeyCurrentTerm, 1))
+			assert.Equal(t, storage.PendingMarkerText, string(during), "pending while the first write runs")
 			after, err := os.ReadFile(marker)
 			require.NoError(t, err)
-			assert.Equal(t, markerText, string(after), "final once it returned")
+			assert.Equal(t, storage.MarkerText, string(after), "final once it returned")
 			require.NoError(t, m.Close())
 
 			empty := t.TempDir()
-			e, err := openLogStore(empty, store, 0, hclog.NewNullLogger())
+			e, err := storage.Open(empty, store, 0, hclog.NewNullLogger())
 			require.NoError(t, err)
 			require.NoError(t, e.Close())
 			for _, c := range []struct {
 				text   string
 				refuse bool
-			}{{pendingMarkerText, false}, {markerText, true}} {
-				require.NoError(t, os.WriteFile(filepath.Join(empty, markerFile), []byte(c.text), 0o600))
-				st, err := checkStorage(empty, store, hclog.NewNullLogger())
+			}{{storage.PendingMarkerText, false}, {storage.MarkerText, true}} {
+				require.NoError(t, os.WriteFile(filepath.Join(empty, storage.MarkerFile), []byte(c.text), 0o600))
+				st, err := storage.Check(empty, store, hclog.NewNullLogger())
 				if c.refuse {
 					require.ErrorIs(t, err, ErrStorage, "a final marker without state")
 					continue
 				}
 				require.NoError(t, err, "a pending marker without state")
-				assert.False(t, st.marked)
-				assert.NoFileExists(t, filepath.Join(empty, markerFile), "the pending marker is removed")
+				assert.False(t, st.Marked)
+				assert.NoFileExists(t, filepath.Join(empty, storage.MarkerFile), "the pending marker is removed")
 			}
 
-			require.NoError(t, os.WriteFile(marker, []byte(pendingMarkerText), 0o600))
-			st, err := checkStorage(dir, store, hclog.NewNullLogger())
+			require.NoError(t, os.WriteFile(marker, []byte(storage.PendingMarkerText), 0o600))
+			st, err := storage.Check(dir, store, hclog.NewNullLogger())
 			require.NoError(t, err)
-			assert.True(t, st.marked && st.hasState)
+			assert.True(t, st.Marked && st.HasState)
 			after, err = os.ReadFile(marker)
 			require.NoError(t, err)
-			assert.Equal(t, markerText, string(after), "a pending marker beside state becomes final")
+			assert.Equal(t, storage.MarkerText, string(after), "a pending marker beside state becomes final")
 		})
 	}
-}
-
-// peekStore calls peek before each SetUint64 reaches the store.
-type peekStore struct {
-	raftStore
-	peek func()
-}
-
-func (p peekStore) SetUint64(k []byte, v uint64) error {
-	p.peek()
-	return p.raftStore.SetUint64(k, v)
 }
 
 // TestBoltPagesZeroed zeroes each page of a real raft.db in turn. Where
@@ -257,7 +245,7 @@ func (p peekStore) SetUint64(k []byte, v uint64) error {
 // bbolt's goroutines would kill this test binary, as it would a node).
 func TestBoltPagesZeroed(t *testing.T) {
 	cfg, _ := damagedDir(t)
-	orig, err := os.ReadFile(filepath.Join(cfg.DataDir, boltFile))
+	orig, err := os.ReadFile(filepath.Join(cfg.DataDir, storage.BoltFile))
 	require.NoError(t, err)
 	ps := os.Getpagesize()
 	pages := len(orig) / ps
@@ -267,14 +255,14 @@ func TestBoltPagesZeroed(t *testing.T) {
 		b := append([]byte(nil), orig...)
 		clear(b[p*ps : (p+1)*ps])
 		dir := t.TempDir()
-		path := filepath.Join(dir, boltFile)
+		path := filepath.Join(dir, storage.BoltFile)
 		require.NoError(t, os.WriteFile(path, b, 0o600))
-		if err := checkBolt(path); err != nil {
+		if err := storage.CheckBolt(path); err != nil {
 			require.ErrorIs(t, err, ErrStorage, "page %d", p)
 			caught++
 			continue
 		}
-		s, err := openBolt(dir)
+		s, err := storage.OpenBolt(dir)
 		require.NoError(t, err, "page %d: passed the check, so bolt opens it", p)
 		first, _ := s.FirstIndex()
 		last, _ := s.LastIndex()
@@ -288,73 +276,13 @@ func TestBoltPagesZeroed(t *testing.T) {
 	assert.Greater(t, caught, 0)
 }
 
-func FuzzCheckBoltPages(f *testing.F) {
-	f.Add(make([]byte, 8192))
-	f.Add([]byte("not a bolt file"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = checkBoltPages(bytes.NewReader(b), int64(len(b))) // must not panic
-	})
+// peekStore calls peek before each SetUint64 reaches the store.
+type peekStore struct {
+	storage.RaftStore
+	peek func()
 }
 
-// TestBoltKeyFlipped: a flipped byte in a key of a leaf page passes the
-// page walk (it reads no keys), but breaks the key order bbolt asserts with
-// a panic when it opens the file for writing. The check must report it.
-func TestBoltKeyFlipped(t *testing.T) {
-	dir := t.TempDir()
-	s, err := openBolt(dir)
-	require.NoError(t, err)
-	for i := uint64(1); i <= 200; i++ {
-		require.NoError(t, s.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("entry")}))
-	}
-	require.NoError(t, s.Close())
-	path := filepath.Join(dir, boltFile)
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	m, err := boltMeta(bytes.NewReader(b), int64(len(b)))
-	require.NoError(t, err)
-	w := &pageWalk{f: bytes.NewReader(b), m: m, seen: map[uint64]bool{}}
-	require.NoError(t, w.walk(m.root, 0, nil, nil))
-	ps := int(m.pageSize)
-	var leaves []int
-	for p := range w.seen { // pages in use only: a free page's keys are nobody's
-		page := b[int(p)*ps:]
-		if binary.LittleEndian.Uint16(page[8:]) == leafPage && binary.LittleEndian.Uint16(page[10:]) >= 3 {
-			leaves = append(leaves, int(p))
-		}
-	}
-	sort.Ints(leaves)
-	require.NotEmpty(t, leaves, "a leaf page with keys")
-	for _, p := range leaves {
-		d := append([]byte(nil), b...)
-		e := d[p*ps+pageHeader+elemSize:] // the second element
-		pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
-		require.NotZero(t, ksize)
-		d[p*ps+pageHeader+elemSize+int(pos)] = 0xff // now it sorts after the third key
-		require.NoError(t, os.WriteFile(path, d, 0o600))
-		err := checkBolt(path)
-		require.ErrorIs(t, err, ErrStorage, "leaf page %d", p)
-		assert.Regexp(t, `key [12] (is out of order|lies outside the range its parent gives it)`, err.Error())
-	}
-}
-
-// TestStoreAfterClose: Raft may still write a term from a heartbeat while
-// the node closes; the write after Close is dropped, not a panic, and a
-// log entry fails.
-func TestStoreAfterClose(t *testing.T) {
-	dir := t.TempDir()
-	b, err := openBolt(dir)
-	require.NoError(t, err)
-	s := newMarkedStore(b, dir, false)
-	require.NoError(t, s.SetUint64(keyCurrentTerm, 3))
-	require.NoError(t, s.Close())
-	require.NoError(t, s.Close(), "Close is idempotent")
-	assert.NoError(t, s.SetUint64(keyCurrentTerm, 4), "a term after Close is dropped")
-	assert.NoError(t, s.Set([]byte("LastVoteCand"), []byte("n2")))
-	assert.ErrorIs(t, s.StoreLog(&raft.Log{Index: 1, Term: 4}), errStoreClosed, "a log entry after Close fails")
-	b, err = openBolt(dir)
-	require.NoError(t, err)
-	defer b.Close()
-	term, err := b.GetUint64(keyCurrentTerm)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(3), term, "nothing was written after Close")
+func (p peekStore) SetUint64(k []byte, v uint64) error {
+	p.peek()
+	return p.RaftStore.SetUint64(k, v)
 }

@@ -8,38 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/storage"
+
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// walSegments returns the segment files of dir's wal, oldest first.
-func walSegments(t *testing.T, dir string) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, walDir, "*"+walSuffix))
-	require.NoError(t, err)
-	require.NotEmpty(t, m, "the wal has segments")
-	return m
-}
-
-// walDataEnd is the offset after the last non-zero byte of a segment: the
-// end of its last commit (the rest is preallocated zeros).
-func walDataEnd(t *testing.T, path string) (int64, []byte) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	end := len(b)
-	for end > 0 && b[end-1] == 0 {
-		end--
-	}
-	require.Positive(t, end)
-	return int64(end), b
-}
-
 // TestStorageDamageRefusedWAL is TestStorageDamageRefused for the wal:
-// each loss or damage is refused with a StorageError naming the path.
+// each loss or damage is refused with a storage.Error naming the path.
 func TestStorageDamageRefusedWAL(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -48,16 +26,16 @@ func TestStorageDamageRefusedWAL(t *testing.T) {
 		says   string
 	}{
 		{"wal directory removed", func(t *testing.T, dir, _ string) {
-			require.NoError(t, os.RemoveAll(filepath.Join(dir, walDir)))
-		}, walDir, "missing, but this data directory has held Raft state"},
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, storage.WALDir)))
+		}, storage.WALDir, "missing, but this data directory has held Raft state"},
 		{"wal metadata removed", func(t *testing.T, dir, _ string) {
-			require.NoError(t, os.Remove(filepath.Join(dir, walDir, metadb.FileName)))
+			require.NoError(t, os.Remove(filepath.Join(dir, storage.WALDir, metadb.FileName)))
 		}, metadb.FileName, "missing, but this data directory has held Raft state"},
 		{"wal metadata truncated to 0 bytes", func(t *testing.T, dir, _ string) {
-			require.NoError(t, os.Truncate(filepath.Join(dir, walDir, metadb.FileName), 0))
+			require.NoError(t, os.Truncate(filepath.Join(dir, storage.WALDir, metadb.FileName), 0))
 		}, metadb.FileName, "empty (0 bytes)"},
 		{"wal metadata cut to half", func(t *testing.T, dir, _ string) {
-			p := filepath.Join(dir, walDir, metadb.FileName)
+			p := filepath.Join(dir, storage.WALDir, metadb.FileName)
 			fi, err := os.Stat(p)
 			require.NoError(t, err)
 			require.NoError(t, os.Truncate(p, fi.Size()/2))
@@ -66,33 +44,33 @@ func TestStorageDamageRefusedWAL(t *testing.T) {
 			for _, s := range walSegments(t, dir) {
 				require.NoError(t, os.Remove(s))
 			}
-		}, walDir, "holds no segment files"},
+		}, storage.WALDir, "holds no segment files"},
 		{"wal segment cut short", func(t *testing.T, dir, _ string) {
 			segs := walSegments(t, dir)
 			end, _ := walDataEnd(t, segs[len(segs)-1])
 			require.NoError(t, os.Truncate(segs[len(segs)-1], end/2))
-		}, walSuffix, "segment file cut short"},
+		}, storage.WALSuffix, "segment file cut short"},
 		{"wal replaced by an older copy", func(t *testing.T, dir, old string) {
-			require.NoError(t, os.RemoveAll(filepath.Join(dir, walDir)))
-			require.NoError(t, os.CopyFS(filepath.Join(dir, walDir), os.DirFS(filepath.Join(old, walDir))))
-		}, walDir, "behind the newest snapshot's term"},
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, storage.WALDir)))
+			require.NoError(t, os.CopyFS(filepath.Join(dir, storage.WALDir), os.DirFS(filepath.Join(old, storage.WALDir))))
+		}, storage.WALDir, "behind the newest snapshot's term"},
 		{"wal and its marker removed, snapshots kept", func(t *testing.T, dir, _ string) {
-			require.NoError(t, os.RemoveAll(filepath.Join(dir, walDir)))
-			require.NoError(t, os.Remove(filepath.Join(dir, markerFile)))
-		}, walDir, "missing, but snapshots exist"},
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, storage.WALDir)))
+			require.NoError(t, os.Remove(filepath.Join(dir, storage.MarkerFile)))
+		}, storage.WALDir, "missing, but snapshots exist"},
 		{"snapshots directory deleted", func(t *testing.T, dir, _ string) {
-			require.NoError(t, os.RemoveAll(filepath.Join(dir, snapDir)))
-		}, snapDir, "no snapshot holds the entries before it"},
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, storage.SnapDir)))
+		}, storage.SnapDir, "no snapshot holds the entries before it"},
 		{"a wal segment's header zeroed", func(t *testing.T, dir, _ string) {
 			segs := walSegments(t, dir)
 			_, b := walDataEnd(t, segs[len(segs)-1])
 			copy(b[:32], make([]byte, 32))
 			require.NoError(t, os.WriteFile(segs[len(segs)-1], b, 0o600))
-		}, walDir, "corrupt wal"},
+		}, storage.WALDir, "corrupt wal"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, old := damagedDirOf(t, LogStoreWAL)
+			cfg, old := damagedDirOf(t, storage.LogStoreWAL)
 			c.damage(t, cfg.DataDir, old)
 			requireStartRefused(t, cfg, c.path, c.says)
 		})
@@ -103,7 +81,7 @@ func TestStorageDamageRefusedWAL(t *testing.T) {
 // (a partial frame after the last commit) is normal: the node starts, and
 // every acknowledged allocation is there.
 func TestStorageTornTailWAL(t *testing.T) {
-	cfg, _ := damagedDirOf(t, LogStoreWAL)
+	cfg, _ := damagedDirOf(t, storage.LogStoreWAL)
 	segs := walSegments(t, cfg.DataDir)
 	tail := segs[len(segs)-1]
 	end, b := walDataEnd(t, tail)
@@ -117,26 +95,26 @@ func TestStorageTornTailWAL(t *testing.T) {
 }
 
 func TestStorageHealthyRestartWAL(t *testing.T) {
-	cfg, _ := damagedDirOf(t, LogStoreWAL)
+	cfg, _ := damagedDirOf(t, storage.LogStoreWAL)
 	n := openReady(t, cfg)
 	got, _, err := n.List(context.Background(), Linearizable, "nodeport", "", "", 100)
 	require.NoError(t, err)
 	assert.Len(t, got, 25, "every allocation of both terms is there")
-	assert.NoFileExists(t, filepath.Join(cfg.DataDir, boltFile), "a wal node keeps no raft.db")
+	assert.NoFileExists(t, filepath.Join(cfg.DataDir, storage.BoltFile), "a wal node keeps no raft.db")
 }
 
 // TestLogStoreRecorded: the first start records the store; a later one
 // asking for another is refused without a change; without a choice the
 // recorded one is used; a directory from before the record is bolt.
 func TestLogStoreRecorded(t *testing.T) {
-	for _, store := range []string{LogStoreBolt, LogStoreWAL} {
-		other := map[string]string{LogStoreBolt: LogStoreWAL, LogStoreWAL: LogStoreBolt}[store]
+	for _, store := range []string{LogStoreBolt, storage.LogStoreWAL} {
+		other := map[string]string{LogStoreBolt: storage.LogStoreWAL, storage.LogStoreWAL: LogStoreBolt}[store]
 		t.Run(store, func(t *testing.T) {
 			cfg := testConfig(t, t.TempDir())
 			cfg.LogStore = store
 			n := openReady(t, cfg)
 			require.NoError(t, n.Close())
-			record := filepath.Join(cfg.DataDir, logStoreFile)
+			record := filepath.Join(cfg.DataDir, storage.LogStoreFile)
 			b, err := os.ReadFile(record)
 			require.NoError(t, err)
 			assert.Equal(t, store+"\n", string(b))
@@ -162,11 +140,11 @@ func TestLogStoreRecorded(t *testing.T) {
 		cfg.LogStore = ""
 		n := openReady(t, cfg)
 		require.NoError(t, n.Close())
-		require.NoError(t, os.Remove(filepath.Join(cfg.DataDir, logStoreFile)))
-		cfg.LogStore = LogStoreWAL
+		require.NoError(t, os.Remove(filepath.Join(cfg.DataDir, storage.LogStoreFile)))
+		cfg.LogStore = storage.LogStoreWAL
 		_, err := Open(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrLogStoreMismatch, "raft.db without a record is bolt")
-		assert.NoFileExists(t, filepath.Join(cfg.DataDir, logStoreFile))
+		assert.NoFileExists(t, filepath.Join(cfg.DataDir, storage.LogStoreFile))
 		cfg.LogStore = ""
 		n = openReady(t, cfg)
 		assert.Equal(t, LogStoreBolt, n.logStore)
@@ -187,65 +165,46 @@ func TestLogStoreValidate(t *testing.T) {
 	assert.Contains(t, err.Error(), `"rocks"`)
 	assert.Contains(t, err.Error(), `"bolt"`)
 	assert.Contains(t, err.Error(), `"wal"`)
-	for _, ok := range []string{"", LogStoreBolt, LogStoreWAL} {
+	for _, ok := range []string{"", LogStoreBolt, storage.LogStoreWAL} {
 		cfg.LogStore = ok
 		assert.NoError(t, cfg.Validate(), "LogStore %q", ok)
 	}
-}
-
-// TestStoreAfterCloseWAL is TestStoreAfterClose over the wal.
-func TestStoreAfterCloseWAL(t *testing.T) {
-	dir := t.TempDir()
-	w, err := openWAL(dir, 0, hclog.NewNullLogger())
-	require.NoError(t, err)
-	s := newMarkedStore(w, dir, false)
-	require.NoError(t, s.SetUint64(keyCurrentTerm, 3))
-	assert.FileExists(t, filepath.Join(dir, markerFile), "marked before the first write")
-	require.NoError(t, s.Close())
-	assert.NoError(t, s.SetUint64(keyCurrentTerm, 4), "a term after Close is dropped")
-	assert.ErrorIs(t, s.StoreLog(&raft.Log{Index: 1, Term: 4}), errStoreClosed, "a log entry after Close fails")
-	w, err = openWAL(dir, 0, hclog.NewNullLogger())
-	require.NoError(t, err)
-	defer w.Close()
-	term, err := w.GetUint64(keyCurrentTerm)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(3), term, "nothing was written after Close")
 }
 
 // TestWALInUse: a wal a running node holds is refused at once, by Open
 // and by recover's probe, instead of waiting on its lock forever.
 func TestWALInUse(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, 0, hclog.NewNullLogger())
+	w, err := storage.OpenWAL(dir, 0, hclog.NewNullLogger())
 	require.NoError(t, err)
 	defer w.Close()
-	_, err = openWAL(dir, 0, hclog.NewNullLogger())
-	require.ErrorIs(t, err, errWALInUse)
+	_, err = storage.OpenWAL(dir, 0, hclog.NewNullLogger())
+	require.ErrorIs(t, err, storage.ErrWALInUse)
 	err = notInUse(dir)
 	require.ErrorIs(t, err, ErrRecoverRefused)
 	assert.Contains(t, err.Error(), "in use")
 	assert.False(t, errors.Is(err, ErrStorage), "a running node is no damage")
 }
 
-// TestWALMonotonic: raft-wal refuses a gap in the log, so Raft must know
-// it (raft.MonotonicLogStore) through the marker wrapper and the log
-// cache, and delete the whole log after installing a snapshot instead of
-// leaving a gap that the next append would hit.
-func TestWALMonotonic(t *testing.T) {
-	dir := t.TempDir()
-	w, err := openWAL(dir, 0, hclog.NewNullLogger())
+// walSegments returns the segment files of dir's wal, oldest first.
+func walSegments(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, storage.WALDir, "*"+storage.WALSuffix))
 	require.NoError(t, err)
-	s := newMarkedStore(w, dir, false)
-	defer s.Close()
-	cache, err := raft.NewLogCache(16, s)
-	require.NoError(t, err)
-	assert.True(t, cache.IsMonotonic(), "the wal is monotonic, seen through the cache")
-	require.NoError(t, s.StoreLogs([]*raft.Log{{Index: 1, Term: 1}, {Index: 2, Term: 1}}))
-	assert.Error(t, s.StoreLog(&raft.Log{Index: 5, Term: 1}), "raft-wal refuses a gap")
+	require.NotEmpty(t, m, "the wal has segments")
+	return m
+}
 
-	b, err := openBolt(t.TempDir())
+// walDataEnd is the offset after the last non-zero byte of a segment: the
+// end of its last commit (the rest is preallocated zeros).
+func walDataEnd(t *testing.T, path string) (int64, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	bs := newMarkedStore(b, t.TempDir(), false)
-	defer bs.Close()
-	assert.False(t, bs.IsMonotonic(), "raft.db takes a gap")
+	end := len(b)
+	for end > 0 && b[end-1] == 0 {
+		end--
+	}
+	require.Positive(t, end)
+	return int64(end), b
 }

@@ -75,13 +75,13 @@ handshakes-unbounded | transport/mux.go | s{case len\(m\.naming\) >= MaxPendingC
 fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
 join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
 join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
-storage-empty-db-accepted | node/storage.go | s{if st\.marked \{(\n\t\t\treturn st, &StorageError\{Path: dbPath, Problem: missing)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
-storage-old-term-accepted | node/storage.go | s{case snap != nil && term < snap\.Term:}{case false:} | ./node/ | ^TestStorageDamageRefused$
-storage-walk-ignores-key-order | node/boltcheck.go | s{(\t\tswitch \{\n\t\tcase prev != nil.*?\n\t\t\})}{\t\tif false \{\n$1\n\t\t\}}s | ./node/ | ^TestBoltKeyFlipped$
-storage-no-page-walk | node/storage.go | s{err = checkBoltPages\(f, fi\.Size\(\)\)}{_, err = fi, nil} | ./node/ | ^TestStorageDamageRefused$
-storage-no-snapshot-crc | node/storage.go | s{string\(got\) != string\(newest\.CRC\)}{false} | ./node/ | ^TestStorageDamageRefused$
-wal-not-monotonic | node/storage.go | s{return ok && s\.IsMonotonic\(\)}{return ok && s.IsMonotonic() && false} | ./test/ | ^TestSnapshotCatchUp$
-wal-segment-size-unchecked | node/walstore.go | s{case fi\.Size\(\) < int64\(si\.SizeLimit\):}{case false:} | ./node/ | ^TestStorageDamageRefusedWAL$
+storage-empty-db-accepted | node/internal/storage/storage.go | s{if st\.Marked \{(\n\t\t\treturn st, &Error\{Path: dbPath, Problem: missing)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
+storage-old-term-accepted | node/internal/storage/storage.go | s{case snap != nil && term < snap\.Term:}{case false:} | ./node/ | ^TestStorageDamageRefused$
+storage-walk-ignores-key-order | node/internal/storage/boltcheck.go | s{(\t\tswitch \{\n\t\tcase prev != nil.*?\n\t\t\})}{\t\tif false \{\n$1\n\t\t\}}s | ./node/internal/storage/ | ^TestBoltKeyFlipped$
+storage-no-page-walk | node/internal/storage/storage.go | s{err = checkBoltPages\(f, fi\.Size\(\)\)}{_, err = fi, nil} | ./node/ | ^TestStorageDamageRefused$
+storage-no-snapshot-crc | node/internal/storage/storage.go | s{string\(got\) != string\(newest\.CRC\)}{false} | ./node/ | ^TestStorageDamageRefused$
+wal-not-monotonic | node/internal/storage/storage.go | s{return ok && s\.IsMonotonic\(\)}{return ok && s.IsMonotonic() && false} | ./test/ | ^TestSnapshotCatchUp$
+wal-segment-size-unchecked | node/internal/storage/walstore.go | s{case fi\.Size\(\) < int64\(si\.SizeLimit\):}{case false:} | ./node/ | ^TestStorageDamageRefusedWAL$
 handshake-ignores-cluster | transport/handshake.go | s{case local != "" && remote != "" && local != remote:}{case false:} | ./transport/ | ^TestHandshakeClusterID$
 pool-overlap-unchecked | fsm/state.go | s{exclusive && allocator\.Overlaps\(r, o\) \{}{false && exclusive && allocator.Overlaps(r, o) \{} | ./fsm/ | ^TestPoolOverlap$
 ready-ignores-leader-commit | node/ready.go | s{case applied < commit:}{case false:} | ./test/ | ^TestReadiness$
@@ -101,11 +101,11 @@ strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[
 member-removal-key-unremembered | node/members.go | s{if !retry && \(inTable \|\| requestID != ""\) \{}{if !retry \&\& inTable \{} | ./node/ | ^TestRemoveMemberRetried$
 disk-stall-never-held | node/stall.go | s{\t\t\tn\.mux\.HoldRaft\(true\)\n}{} | ./test/ | ^TestDiskStallLeaderGivesWay$
 ready-before-pools | node/node.go | s{ && n\.settled\.Load\(\) == n\.leaderGen\.Load\(\)}{} | ./test/ | ^TestReadyNotBeforePools$
-snapshot-dir-not-synced | node/snapstore.go | s{if err := durable\.SyncDir\(tmp\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestE2EPowerCut$
+snapshot-dir-not-synced | node/internal/storage/snapstore.go | s{if err := durable\.SyncDir\(tmp\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestE2EPowerCut$
 data-dir-parent-not-synced | internal/durable/durable.go | s{\treturn SyncDir\(parent\)\n}{\treturn nil\n} | ./test/ | ^TestE2EPowerCut$
 snapshot-save-not-synced | cmd/rangealloc/commands.go | s{durable\.WriteFile\(args\[0\], data, 0o600\)}{func() error { _ = durable.SyncDir; return os.WriteFile(args[0], data, 0o600) }()} | ./test/ | ^TestE2EPowerCut$
 founding-unfinished-ignored | node/membership.go | s{\tn\.bootstrapped = true\n\tn\.unfinished\.Store\(true\)\n\tn\.logger\.Info}{\tn.logger.Info} | ./node/ | ^TestFoundingResumes$
-state-marker-never-pending | node/storage.go | s{durable\.WriteFile\(m\.path, \[\]byte\(pendingMarkerText\), 0o600\)}{durable.WriteFile(m.path, []byte(markerText), 0o600)} | ./node/ | ^TestStorageMarkerPending$
+state-marker-never-pending | node/internal/storage/storage.go | s{durable\.WriteFile\(m\.path, \[\]byte\(PendingMarkerText\), 0o600\)}{durable.WriteFile(m.path, []byte(MarkerText), 0o600)} | ./node/ | ^TestStorageMarkerPending$
 EOF
 )
 

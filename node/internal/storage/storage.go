@@ -1,4 +1,4 @@
-package node
+package storage
 
 import (
 	"encoding/json"
@@ -33,7 +33,7 @@ import (
 //	  raft.db      Raft's log and stable store (term, vote), bbolt
 //	  snapshots/   Raft's snapshots, <term>-<index>-<ms>/{meta.json,state.bin}
 //
-// checkStorage runs before anything is opened. It refuses (StorageError)
+// Check runs before anything is opened. It refuses (Error)
 // a directory from which a node could serve an older state as current or
 // vote again in a term it voted in before: raft.db missing or empty after
 // the directory held state, corrupt bolt pages, a snapshot that fails its
@@ -41,27 +41,27 @@ import (
 // newest snapshot's, a log whose older entries were compacted into
 // snapshots that are gone.
 const (
-	boltFile    = "raft.db"
-	markerFile  = "state"
-	clusterFile = "cluster-id"
-	snapDir     = "snapshots"
+	BoltFile    = "raft.db"
+	MarkerFile  = "state"
+	ClusterFile = "cluster-id"
+	SnapDir     = "snapshots"
 	tmpSuffix   = ".tmp"
 )
 
-// keyCurrentTerm is hashicorp/raft's stable-store key of the current term.
-var keyCurrentTerm = []byte("CurrentTerm")
+// KeyCurrentTerm is hashicorp/raft's stable-store key of the current term.
+var KeyCurrentTerm = []byte("CurrentTerm")
 
-// ErrStorage matches every StorageError.
+// ErrStorage matches every Error.
 var ErrStorage = errors.New("storage lost or damaged")
 
-// StorageError refuses to start a node whose data directory cannot be
+// Error refuses to start a node whose data directory cannot be
 // trusted. Path names the file at fault.
-type StorageError struct {
+type Error struct {
 	Path    string
 	Problem string
 }
 
-func (e *StorageError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("refusing to start: %s: %s. Starting from it could hand out acknowledged values again "+
 		"or vote twice in one term. To replace this node: remove it from the cluster through a live member "+
 		"(rangealloc cluster remove <id> --addr http://<member>), delete the data directory, and start it "+
@@ -70,26 +70,26 @@ func (e *StorageError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrStorage) hold.
-func (e *StorageError) Is(target error) bool { return target == ErrStorage }
+func (e *Error) Is(target error) bool { return target == ErrStorage }
 
-// storageState is what checkStorage learned of a data directory.
-type storageState struct {
-	marked   bool // the state marker exists
-	hasState bool // the log store or the snapshots hold Raft state
+// State is what Check learned of a data directory.
+type State struct {
+	Marked   bool // the state marker exists
+	HasState bool // the log store or the snapshots hold Raft state
 }
 
-// checkStorage inspects dir, whose log store is store (LogStoreBolt or
+// Check inspects dir, whose log store is store (LogStoreBolt or
 // LogStoreWAL), as described above, removing the temp files of failed
 // snapshots and restores on the way.
-func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) {
-	var st storageState
+func Check(dir, store string, logger hclog.Logger) (State, error) {
+	var st State
 	removeTemps(dir, logger)
-	marker := filepath.Join(dir, markerFile)
+	marker := filepath.Join(dir, MarkerFile)
 	pending := false
 	if b, err := os.ReadFile(marker); err == nil {
-		st.marked, pending = true, string(b) == pendingMarkerText
+		st.Marked, pending = true, string(b) == PendingMarkerText
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return st, fmt.Errorf("read %s: %w", markerFile, err)
+		return st, fmt.Errorf("read %s: %w", MarkerFile, err)
 	}
 	// A pending marker without state: the first write to the log store
 	// never returned (a crash or a power cut during it), so this directory
@@ -97,10 +97,10 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 	forget := func() error {
 		logger.Warn("the first write to the log store never completed (a crash or a power cut during it): the directory starts as a new one",
 			"marker", marker)
-		st.marked = false
+		st.Marked = false
 		return durable.Remove(marker)
 	}
-	snap, err := newestSnapshot(filepath.Join(dir, snapDir), logger)
+	snap, err := newestSnapshot(filepath.Join(dir, SnapDir), logger)
 	if err != nil {
 		return st, err
 	}
@@ -114,34 +114,34 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 		}
 	}
 	if missing != "" {
-		if st.marked {
-			return st, &StorageError{Path: dbPath, Problem: missing + ", but this data directory has held Raft state (marker " + markerFile + ")"}
+		if st.Marked {
+			return st, &Error{Path: dbPath, Problem: missing + ", but this data directory has held Raft state (marker " + MarkerFile + ")"}
 		}
 		if snap != nil {
-			return st, &StorageError{Path: dbPath, Problem: missing + ", but snapshots exist (" + snap.path + ")"}
+			return st, &Error{Path: dbPath, Problem: missing + ", but snapshots exist (" + snap.path + ")"}
 		}
 		return st, nil
 	}
 	var term, first, last uint64
 	if store == LogStoreWAL {
 		term, first, last, err = checkWAL(dir, logger)
-	} else if err = checkBolt(dbPath); err == nil {
+	} else if err = CheckBolt(dbPath); err == nil {
 		term, first, last, err = boltBounds(dbPath)
 	}
 	if err != nil {
 		return st, err
 	}
-	st.hasState = term > 0 || last > 0 || snap != nil
-	if pending && !st.hasState {
+	st.HasState = term > 0 || last > 0 || snap != nil
+	if pending && !st.HasState {
 		if err := forget(); err != nil {
 			return st, err
 		}
 	}
 	switch {
-	case st.marked && !st.hasState:
-		return st, &StorageError{Path: dbPath, Problem: "holds no Raft state, but this data directory did (marker " + markerFile + ")"}
+	case st.Marked && !st.HasState:
+		return st, &Error{Path: dbPath, Problem: "holds no Raft state, but this data directory did (marker " + MarkerFile + ")"}
 	case snap != nil && term < snap.Term:
-		return st, &StorageError{Path: dbPath, Problem: fmt.Sprintf(
+		return st, &Error{Path: dbPath, Problem: fmt.Sprintf(
 			"its current term %d is behind the newest snapshot's term %d (%s): the log store was lost or replaced by an older copy",
 			term, snap.Term, snap.path)}
 	case first > 1 && (snap == nil || snap.Index+1 < first):
@@ -149,24 +149,24 @@ func checkStorage(dir, store string, logger hclog.Logger) (storageState, error) 
 		if snap != nil {
 			newest = fmt.Sprintf("%s, index %d", snap.path, snap.Index)
 		}
-		return st, &StorageError{Path: filepath.Join(dir, snapDir), Problem: fmt.Sprintf(
+		return st, &Error{Path: filepath.Join(dir, SnapDir), Problem: fmt.Sprintf(
 			"the log starts at index %d, but no snapshot holds the entries before it (newest snapshot: %s)", first, newest)}
 	}
-	if st.hasState && (!st.marked || pending) { // from before the marker existed, or a first write that returned
-		if err := durable.WriteFile(marker, []byte(markerText), 0o600); err != nil {
-			return st, fmt.Errorf("write %s: %w", markerFile, err)
+	if st.HasState && (!st.Marked || pending) { // from before the marker existed, or a first write that returned
+		if err := durable.WriteFile(marker, []byte(MarkerText), 0o600); err != nil {
+			return st, fmt.Errorf("write %s: %w", MarkerFile, err)
 		}
-		st.marked = true
+		st.Marked = true
 	}
 	return st, nil
 }
 
-const markerText = "this data directory has held Raft state; if its log store is lost, the node refuses to start\n"
+const MarkerText = "this data directory has held Raft state; if its log store is lost, the node refuses to start\n"
 
-// pendingMarkerText is the marker's text from before the first write to
+// PendingMarkerText is the marker's text from before the first write to
 // the log store until that write has returned: a directory found with it
 // and no state never completed that write, so made no promise.
-const pendingMarkerText = "this data directory is taking its first Raft write; if its log store holds nothing, that write never completed\n"
+const PendingMarkerText = "this data directory is taking its first Raft write; if its log store holds nothing, that write never completed\n"
 
 // logStoreMissing says what is missing of dir's log store ("" if
 // nothing: it holds a file to check) and the path at fault.
@@ -175,7 +175,7 @@ func logStoreMissing(dir, store string) (path, missing string, err error) {
 		path, missing = walMissing(dir)
 		return path, missing, nil
 	}
-	path = filepath.Join(dir, boltFile)
+	path = filepath.Join(dir, BoltFile)
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -192,7 +192,7 @@ func logStoreMissing(dir, store string) (path, missing string, err error) {
 // Raft never finished (<id>.tmp), which it would otherwise keep forever,
 // and restore uploads (restore-*.tmp).
 func removeTemps(dir string, logger hclog.Logger) {
-	for _, pattern := range []string{filepath.Join(dir, snapDir, "*"+tmpSuffix), filepath.Join(dir, "restore-*"+tmpSuffix)} {
+	for _, pattern := range []string{filepath.Join(dir, SnapDir, "*"+tmpSuffix), filepath.Join(dir, "restore-*"+tmpSuffix)} {
 		matches, _ := filepath.Glob(pattern)
 		for _, m := range matches {
 			if err := os.RemoveAll(m); err != nil {
@@ -263,7 +263,7 @@ func newestSnapshot(dir string, logger hclog.Logger) (*snapInfo, error) {
 		var term, index, ms uint64
 		_, perr := fmt.Sscanf(filepath.Base(u.path), "%d-%d-%d", &term, &index, &ms)
 		if perr != nil || newest == nil || term > newest.Term || (term == newest.Term && index >= newest.Index) {
-			return nil, &StorageError{Path: filepath.Join(u.path, "meta.json"), Problem: "unreadable snapshot metadata: " + u.ID}
+			return nil, &Error{Path: filepath.Join(u.path, "meta.json"), Problem: "unreadable snapshot metadata: " + u.ID}
 		}
 		if err := os.RemoveAll(u.path); err != nil {
 			return nil, fmt.Errorf("remove the unreadable old snapshot %s: %w", u.path, err)
@@ -276,15 +276,15 @@ func newestSnapshot(dir string, logger hclog.Logger) (*snapInfo, error) {
 	state := filepath.Join(newest.path, "state.bin")
 	f, err := os.Open(state)
 	if err != nil {
-		return nil, &StorageError{Path: state, Problem: "unreadable snapshot: " + err.Error()}
+		return nil, &Error{Path: state, Problem: "unreadable snapshot: " + err.Error()}
 	}
 	defer f.Close()
 	h := crc64.New(crc64.MakeTable(crc64.ECMA))
 	if _, err := io.Copy(h, f); err != nil {
-		return nil, &StorageError{Path: state, Problem: "unreadable snapshot: " + err.Error()}
+		return nil, &Error{Path: state, Problem: "unreadable snapshot: " + err.Error()}
 	}
 	if got := h.Sum(nil); string(got) != string(newest.CRC) {
-		return nil, &StorageError{Path: state, Problem: fmt.Sprintf("snapshot fails its checksum (CRC-64 %x, meta.json says %x)", got, newest.CRC)}
+		return nil, &Error{Path: state, Problem: fmt.Sprintf("snapshot fails its checksum (CRC-64 %x, meta.json says %x)", got, newest.CRC)}
 	}
 	return newest, nil
 }
@@ -295,17 +295,17 @@ func boltOptions() *bbolt.Options {
 	return &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
 }
 
-// checkBolt checks raft.db's page tree (checkBoltPages: bbolt itself
+// CheckBolt checks raft.db's page tree (checkBoltPages: bbolt itself
 // panics on a damaged one), then runs bbolt's own consistency check, which
 // also checks what the walk does not read (key order, the free pages). It
 // opens the file read-only: opening it for writing first rebuilds the
 // free list by walking every page, and bbolt panics there on a key out of
 // order; its Check reports the same as an error. A panic that gets through
-// anyway, on this goroutine, is a StorageError too.
-func checkBolt(path string) (err error) {
+// anyway, on this goroutine, is a Error too.
+func CheckBolt(path string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &StorageError{Path: path, Problem: fmt.Sprintf("corrupt bolt file: %v", r)}
+			err = &Error{Path: path, Problem: fmt.Sprintf("corrupt bolt file: %v", r)}
 		}
 	}()
 	f, err := os.Open(path)
@@ -317,7 +317,7 @@ func checkBolt(path string) (err error) {
 		err = checkBoltPages(f, fi.Size())
 		f.Close()
 		if err != nil {
-			return &StorageError{Path: path, Problem: "corrupt bolt file: " + err.Error()}
+			return &Error{Path: path, Problem: "corrupt bolt file: " + err.Error()}
 		}
 	} else {
 		f.Close()
@@ -328,7 +328,7 @@ func checkBolt(path string) (err error) {
 		return fmt.Errorf("open %s: another process holds it (is another node using this data directory?)", path)
 	}
 	if err != nil {
-		return &StorageError{Path: path, Problem: "corrupt bolt file: " + err.Error()}
+		return &Error{Path: path, Problem: "corrupt bolt file: " + err.Error()}
 	}
 	defer db.Close()
 	var problems []string
@@ -341,49 +341,49 @@ func checkBolt(path string) (err error) {
 		return nil
 	})
 	if err == nil && len(problems) > 0 {
-		err = &StorageError{Path: path, Problem: "corrupt bolt file: " + strings.Join(problems, "; ")}
+		err = &Error{Path: path, Problem: "corrupt bolt file: " + strings.Join(problems, "; ")}
 	}
 	return err
 }
 
 // boltBounds reads the stored current term and the log's bounds.
 func boltBounds(path string) (term, first, last uint64, err error) {
-	s, err := openBolt(filepath.Dir(path))
+	s, err := OpenBolt(filepath.Dir(path))
 	if err != nil {
-		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot open: " + err.Error()}
+		return 0, 0, 0, &Error{Path: path, Problem: "cannot open: " + err.Error()}
 	}
 	defer s.Close()
-	term, err = s.GetUint64(keyCurrentTerm)
+	term, err = s.GetUint64(KeyCurrentTerm)
 	if err != nil && err.Error() != "not found" {
-		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot read the current term: " + err.Error()}
+		return 0, 0, 0, &Error{Path: path, Problem: "cannot read the current term: " + err.Error()}
 	}
 	if first, err = s.FirstIndex(); err == nil {
 		last, err = s.LastIndex()
 	}
 	if err != nil {
-		return 0, 0, 0, &StorageError{Path: path, Problem: "cannot read the log's bounds: " + err.Error()}
+		return 0, 0, 0, &Error{Path: path, Problem: "cannot read the log's bounds: " + err.Error()}
 	}
 	return term, first, last, nil
 }
 
-// markedStore is the log store (raft.db or the wal) with the state marker
+// Store is the log store (raft.db or the wal) with the state marker
 // written (and synced) before its first write, so that a data directory
 // that ever held a log entry or a vote says so even after its log store
 // is gone. Before that first write the marker says it is pending; once the
 // write has returned, and before Raft can act on it, it says the directory
 // has held state. A pending marker beside a log store that holds nothing
 // is a first write that never completed (a power cut during it): the
-// directory promised nothing, and checkStorage takes it as new.
+// directory promised nothing, and Check takes it as new.
 //
-// It also outlives Close safely. hashicorp/raft answers heartbeats on the
+// It also outlives Close Safely. hashicorp/raft answers heartbeats on the
 // transport's goroutines, outside its main loop, and one that passed
 // Raft's shutdown check can still adopt a term after the node closed the
 // store; Raft panics when that write fails. After Close, a term or vote
 // written is dropped (as if the process had died an instant before: a term
 // learned from a heartbeat grants no vote), and a log write fails.
-type markedStore struct {
-	raftStore
-	stall *stallWatch // times every write (stall.go)
+type Store struct {
+	RaftStore
+	stall *StallWatch // times every write (stall.go)
 	// before is Config.BeforeStoreWrite.
 	before func()
 	path   string
@@ -399,27 +399,27 @@ type markedStore struct {
 	closed bool
 }
 
-var errStoreClosed = errors.New("the log store is closed: the node is shutting down")
+var ErrStoreClosed = errors.New("the log store is closed: the node is shutting down")
 
 // Close closes the log store once every write in progress has returned.
-func (m *markedStore) Close() error {
+func (m *Store) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil
 	}
 	m.closed = true
-	return m.raftStore.Close()
+	return m.RaftStore.Close()
 }
 
 // write runs fn unless the store is closed; logs says what a closed store
 // answers: an error for log entries, nothing for terms and votes.
-func (m *markedStore) write(logs bool, fn func() error) error {
+func (m *Store) write(logs bool, fn func() error) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	switch {
 	case m.closed && logs:
-		return errStoreClosed
+		return ErrStoreClosed
 	case m.closed:
 		return nil
 	}
@@ -431,28 +431,34 @@ func (m *markedStore) write(logs bool, fn func() error) error {
 }
 
 var (
-	_ raft.LogStore    = (*markedStore)(nil)
-	_ raft.StableStore = (*markedStore)(nil)
+	_ raft.LogStore    = (*Store)(nil)
+	_ raft.StableStore = (*Store)(nil)
 )
 
 // IsMonotonic passes on whether the store refuses a gap in the log
 // (raft-wal does; raft.db does not): Raft then deletes the whole log after
 // installing a snapshot instead of leaving a gap before the next entry.
-func (m *markedStore) IsMonotonic() bool {
-	s, ok := m.raftStore.(raft.MonotonicLogStore)
+func (m *Store) IsMonotonic() bool {
+	s, ok := m.RaftStore.(raft.MonotonicLogStore)
 	return ok && s.IsMonotonic()
 }
 
-var _ raft.MonotonicLogStore = (*markedStore)(nil)
+var _ raft.MonotonicLogStore = (*Store)(nil)
 
-func newMarkedStore(s raftStore, dir string, marked bool) *markedStore {
-	m := &markedStore{raftStore: s, stall: new(stallWatch), path: filepath.Join(dir, markerFile)}
+// NewStore wraps s, the log store of dir; marked says the state marker
+// exists. Every write is timed by stall, and preceded by a call of before
+// when it is set (tests stall a disk with it).
+func NewStore(s RaftStore, dir string, marked bool, stall *StallWatch, before func()) *Store {
+	if stall == nil {
+		stall = new(StallWatch)
+	}
+	m := &Store{RaftStore: s, stall: stall, before: before, path: filepath.Join(dir, MarkerFile)}
 	m.done.Store(marked)
 	return m
 }
 
 // mark writes the marker, pending, before the first write to the store.
-func (m *markedStore) mark() error {
+func (m *Store) mark() error {
 	if m.done.Load() {
 		return nil
 	}
@@ -461,7 +467,7 @@ func (m *markedStore) mark() error {
 	if m.done.Load() || m.pending {
 		return nil
 	}
-	if err := durable.WriteFile(m.path, []byte(pendingMarkerText), 0o600); err != nil {
+	if err := durable.WriteFile(m.path, []byte(PendingMarkerText), 0o600); err != nil {
 		return fmt.Errorf("write the state marker %s: %w", m.path, err)
 	}
 	m.pending = true
@@ -470,7 +476,7 @@ func (m *markedStore) mark() error {
 
 // settle makes the marker final once a write to the store has returned,
 // before Raft can act on it (acknowledge an entry, grant a vote).
-func (m *markedStore) settle() error {
+func (m *Store) settle() error {
 	if m.done.Load() {
 		return nil
 	}
@@ -479,7 +485,7 @@ func (m *markedStore) settle() error {
 	if m.done.Load() {
 		return nil
 	}
-	if err := durable.WriteFile(m.path, []byte(markerText), 0o600); err != nil {
+	if err := durable.WriteFile(m.path, []byte(MarkerText), 0o600); err != nil {
 		return fmt.Errorf("write the state marker %s: %w", m.path, err)
 	}
 	m.done.Store(true)
@@ -487,12 +493,12 @@ func (m *markedStore) settle() error {
 }
 
 // StoreLog marks, then stores.
-func (m *markedStore) StoreLog(l *raft.Log) error {
+func (m *Store) StoreLog(l *raft.Log) error {
 	return m.write(true, func() error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		if err := m.raftStore.StoreLog(l); err != nil {
+		if err := m.RaftStore.StoreLog(l); err != nil {
 			return err
 		}
 		return m.settle()
@@ -500,12 +506,12 @@ func (m *markedStore) StoreLog(l *raft.Log) error {
 }
 
 // StoreLogs marks, then stores.
-func (m *markedStore) StoreLogs(logs []*raft.Log) error {
+func (m *Store) StoreLogs(logs []*raft.Log) error {
 	return m.write(true, func() error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		if err := m.raftStore.StoreLogs(logs); err != nil {
+		if err := m.RaftStore.StoreLogs(logs); err != nil {
 			return err
 		}
 		return m.settle()
@@ -513,17 +519,17 @@ func (m *markedStore) StoreLogs(logs []*raft.Log) error {
 }
 
 // DeleteRange deletes, unless the store is closed.
-func (m *markedStore) DeleteRange(lo, hi uint64) error {
-	return m.write(true, func() error { return m.raftStore.DeleteRange(lo, hi) })
+func (m *Store) DeleteRange(lo, hi uint64) error {
+	return m.write(true, func() error { return m.RaftStore.DeleteRange(lo, hi) })
 }
 
 // Set marks, then stores.
-func (m *markedStore) Set(k, v []byte) error {
+func (m *Store) Set(k, v []byte) error {
 	return m.write(false, func() error {
 		if err := m.mark(); err != nil {
 			return err
 		}
-		if err := m.raftStore.Set(k, v); err != nil {
+		if err := m.RaftStore.Set(k, v); err != nil {
 			return err
 		}
 		return m.settle()
@@ -532,15 +538,15 @@ func (m *markedStore) Set(k, v []byte) error {
 
 // SetUint64 marks, then stores. A zero needs no mark: Raft writes its
 // term 0 at start, and a missing key reads as zero.
-func (m *markedStore) SetUint64(k []byte, v uint64) error {
+func (m *Store) SetUint64(k []byte, v uint64) error {
 	return m.write(false, func() error {
 		if v == 0 {
-			return m.raftStore.SetUint64(k, v)
+			return m.RaftStore.SetUint64(k, v)
 		}
 		if err := m.mark(); err != nil {
 			return err
 		}
-		if err := m.raftStore.SetUint64(k, v); err != nil {
+		if err := m.RaftStore.SetUint64(k, v); err != nil {
 			return err
 		}
 		return m.settle()

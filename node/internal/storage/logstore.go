@@ -1,4 +1,4 @@
-package node
+package storage
 
 import (
 	"errors"
@@ -25,12 +25,12 @@ const (
 	LogStoreWAL = "wal"
 )
 
-// logStoreFile records, in the data directory, the log store chosen when
+// LogStoreFile records, in the data directory, the log store chosen when
 // the directory was first used.
-const logStoreFile = "log-store"
+const LogStoreFile = "log-store"
 
-// validLogStore accepts the names above, and "" (the recorded one).
-func validLogStore(s string) error {
+// Valid accepts the names above, and "" (the recorded one).
+func Valid(s string) error {
 	switch s {
 	case "", LogStoreBolt, LogStoreWAL:
 		return nil
@@ -43,23 +43,23 @@ func validLogStore(s string) error {
 // one a data directory records.
 var ErrLogStoreMismatch = errors.New("log store differs from the data directory's")
 
-// resolveLogStore returns the log store of dir: the recorded one, refusing
+// Resolve returns the log store of dir: the recorded one, refusing
 // a want ("" wants nothing) that differs. A directory without a record
 // holding raft.db is from before the record existed: bolt. One holding
 // wal/ lost its record: wal. A new one gets want, or bolt, recorded
 // (synced) before Raft writes anything, unless record is false (a
 // directory only read, as by recover). A refusal changes nothing.
-func resolveLogStore(dir, want string, record bool) (string, error) {
-	if err := validLogStore(want); err != nil {
+func Resolve(dir, want string, record bool) (string, error) {
+	if err := Valid(want); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, logStoreFile)
+	path := filepath.Join(dir, LogStoreFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		kept := strings.TrimSpace(string(b))
-		if validLogStore(kept) != nil || kept == "" {
-			return "", &StorageError{Path: path, Problem: fmt.Sprintf("names no log store (%q): want %q or %q", kept, LogStoreBolt, LogStoreWAL)}
+		if Valid(kept) != nil || kept == "" {
+			return "", &Error{Path: path, Problem: fmt.Sprintf("names no log store (%q): want %q or %q", kept, LogStoreBolt, LogStoreWAL)}
 		}
 		if want != "" && want != kept {
 			return "", fmt.Errorf("refusing to start: %w: --log-store %s, but %s records %s: a data directory keeps the log store "+
@@ -72,11 +72,11 @@ func resolveLogStore(dir, want string, record bool) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	found := ""
-	for _, c := range []struct{ name, store string }{{boltFile, LogStoreBolt}, {walDir, LogStoreWAL}} {
+	for _, c := range []struct{ name, store string }{{BoltFile, LogStoreBolt}, {WALDir, LogStoreWAL}} {
 		if _, err := os.Stat(filepath.Join(dir, c.name)); err == nil {
 			if found != "" {
-				return "", &StorageError{Path: dir, Problem: fmt.Sprintf("holds both %s and %s/ and no %s: which one is the log store is unknown",
-					boltFile, walDir, logStoreFile)}
+				return "", &Error{Path: dir, Problem: fmt.Sprintf("holds both %s and %s/ and no %s: which one is the log store is unknown",
+					BoltFile, WALDir, LogStoreFile)}
 			}
 			found = c.store
 		}
@@ -102,36 +102,36 @@ func resolveLogStore(dir, want string, record bool) (string, error) {
 	return store, nil
 }
 
-// raftStore is what a node keeps its log, term and vote in.
-type raftStore interface {
+// RaftStore is what a node keeps its log, term and vote in.
+type RaftStore interface {
 	raft.LogStore
 	raft.StableStore
 	io.Closer
 }
 
-// openLogStore opens dir's log store of the given kind. logger names
+// Open opens dir's log store of the given kind. logger names
 // raft-wal's messages; segSize is its new segments' size (0: the default).
-func openLogStore(dir, store string, segSize uint64, logger hclog.Logger) (raftStore, error) {
+func Open(dir, store string, segSize uint64, logger hclog.Logger) (RaftStore, error) {
 	if store == LogStoreWAL {
-		return openWAL(dir, segSize, logger)
+		return OpenWAL(dir, segSize, logger)
 	}
-	s, err := openBolt(dir)
+	s, err := OpenBolt(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open %s (is another node using %s?): %w", boltFile, dir, err)
+		return nil, fmt.Errorf("open %s (is another node using %s?): %w", BoltFile, dir, err)
 	}
 	return s, nil
 }
 
-// openBolt opens dir's raft.db, the Raft log and stable store, with
+// OpenBolt opens dir's raft.db, the Raft log and stable store, with
 // boltOptions.
-func openBolt(dir string) (*raftboltdb.BoltStore, error) {
-	return raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile), BoltOptions: boltOptions()})
+func OpenBolt(dir string) (*raftboltdb.BoltStore, error) {
+	return raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, BoltFile), BoltOptions: boltOptions()})
 }
 
 // logStorePath is the file or directory of dir's log store.
 func logStorePath(dir, store string) string {
 	if store == LogStoreWAL {
-		return filepath.Join(dir, walDir)
+		return filepath.Join(dir, WALDir)
 	}
-	return filepath.Join(dir, boltFile)
+	return filepath.Join(dir, BoltFile)
 }

@@ -1,13 +1,13 @@
 //go:build linux || darwin || freebsd
 
-package node
+package storage
 
 import "syscall"
 
-// statfsFree is the space, in bytes, that an unprivileged process may
+// FreeBytes is the space, in bytes, that an unprivileged process may
 // still write on the file system holding dir (statfs: available blocks
 // times the block size).
-func statfsFree(dir string) (uint64, error) {
+func FreeBytes(dir string) (uint64, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err

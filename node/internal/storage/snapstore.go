@@ -1,4 +1,4 @@
-package node
+package storage
 
 import (
 	"fmt"
@@ -26,10 +26,10 @@ type durableSnapshots struct {
 	dir string // <data-dir>/snapshots
 }
 
-// openSnapshots opens (creating it durably) dataDir's snapshot store,
+// OpenSnapshots opens (creating it durably) dataDir's snapshot store,
 // which keeps retain snapshots.
-func openSnapshots(dataDir string, retain int, logger hclog.Logger) (*durableSnapshots, error) {
-	dir := filepath.Join(dataDir, snapDir)
+func OpenSnapshots(dataDir string, retain int, logger hclog.Logger) (*durableSnapshots, error) {
+	dir := filepath.Join(dataDir, SnapDir)
 	if err := durable.MkdirAll(dir, 0o755); err != nil { // FileSnapshotStore's mode
 		return nil, err
 	}

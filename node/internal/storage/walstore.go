@@ -1,4 +1,4 @@
-package node
+package storage
 
 import (
 	"encoding/json"
@@ -31,20 +31,20 @@ import (
 // shorter than its preallocated size (cut short), an entry that does not
 // read back.
 const (
-	walDir         = "wal"
+	WALDir         = "wal"
 	walSegmentSize = 16 << 20
-	walSuffix      = ".wal"
+	WALSuffix      = ".wal"
 )
 
-// openWAL opens (creating it if need be) dir's wal store. raft-wal's
+// OpenWAL opens (creating it if need be) dir's wal store. raft-wal's
 // metadata file has no lock timeout, so a held lock is refused first
-// instead of waiting forever; a panic in raft-wal is a StorageError.
+// instead of waiting forever; a panic in raft-wal is a Error.
 // segSize sizes new segments (0: walSegmentSize).
-func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err error) {
+func OpenWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err error) {
 	if segSize == 0 {
 		segSize = walSegmentSize
 	}
-	path := filepath.Join(dir, walDir)
+	path := filepath.Join(dir, WALDir)
 	if err := walInUse(dir); err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err 
 	defer func() {
 		if r := recover(); r != nil {
 			_ = meta.Close()
-			s, err = nil, &StorageError{Path: path, Problem: fmt.Sprintf("corrupt wal: %v", r)}
+			s, err = nil, &Error{Path: path, Problem: fmt.Sprintf("corrupt wal: %v", r)}
 		}
 	}()
 	w, err := wal.Open(path, wal.WithSegmentSize(int(segSize)), wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta))
@@ -74,7 +74,7 @@ func openWAL(dir string, segSize uint64, logger hclog.Logger) (s *walStore, err 
 		if errors.As(err, &pe) && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("open the wal %s: %w", path, err)
 		}
-		return nil, &StorageError{Path: path, Problem: "corrupt wal, it does not open: " + err.Error()}
+		return nil, &Error{Path: path, Problem: "corrupt wal, it does not open: " + err.Error()}
 	}
 	return &walStore{WAL: w, meta: meta}, nil
 }
@@ -95,26 +95,26 @@ func (s *walStore) Close() error {
 	return err
 }
 
-// errWALInUse says another process holds dir's wal.
-var errWALInUse = errors.New("in use by another process")
+// ErrWALInUse says another process holds dir's wal.
+var ErrWALInUse = errors.New("in use by another process")
 
 // walInUse refuses dir's wal when another process (a running node) holds
 // its metadata file. A missing or damaged file is left to checkWAL.
 func walInUse(dir string) error {
-	path := walMetaPath(dir)
-	if boltInUse(path) {
-		return fmt.Errorf("open %s: %w (is another node using %s?)", path, errWALInUse, dir)
+	path := WALMetaPath(dir)
+	if BoltInUse(path) {
+		return fmt.Errorf("open %s: %w (is another node using %s?)", path, ErrWALInUse, dir)
 	}
 	return nil
 }
 
-// walMetaPath is the path of dir's wal metadata file.
-func walMetaPath(dir string) string { return filepath.Join(dir, walDir, metadb.FileName) }
+// WALMetaPath is the path of dir's wal metadata file.
+func WALMetaPath(dir string) string { return filepath.Join(dir, WALDir, metadb.FileName) }
 
-// boltInUse reports whether another process holds the bolt file at path
+// BoltInUse reports whether another process holds the bolt file at path
 // open: bbolt locks a file for as long as it is open. A missing, empty or
-// damaged file is not in use; checkStorage says what is wrong with it.
-func boltInUse(path string) (inUse bool) {
+// damaged file is not in use; Check says what is wrong with it.
+func BoltInUse(path string) (inUse bool) {
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		return false
 	}
@@ -133,7 +133,7 @@ func boltInUse(path string) (inUse bool) {
 // walMissing says what is missing of dir's wal ("" if nothing) and the
 // path at fault (the wal directory if nothing).
 func walMissing(dir string) (path, missing string) {
-	path = filepath.Join(dir, walDir)
+	path = filepath.Join(dir, WALDir)
 	if _, err := os.Stat(path); err != nil {
 		return path, "missing"
 	}
@@ -143,7 +143,7 @@ func walMissing(dir string) (path, missing string) {
 	} else if fi.Size() == 0 {
 		return meta, "empty (0 bytes)"
 	}
-	if segs, _ := filepath.Glob(filepath.Join(path, "*"+walSuffix)); len(segs) == 0 {
+	if segs, _ := filepath.Glob(filepath.Join(path, "*"+WALSuffix)); len(segs) == 0 {
 		return path, "holds no segment files"
 	}
 	return path, ""
@@ -152,9 +152,9 @@ func walMissing(dir string) (path, missing string) {
 // checkWAL checks dir's wal as described at the top, and reads its
 // current term and the log's bounds.
 func checkWAL(dir string, logger hclog.Logger) (term, first, last uint64, err error) {
-	path := filepath.Join(dir, walDir)
+	path := filepath.Join(dir, WALDir)
 	metaPath := filepath.Join(path, metadb.FileName)
-	if err := checkBolt(metaPath); err != nil {
+	if err := CheckBolt(metaPath); err != nil {
 		return 0, 0, 0, err
 	}
 	meta, err := readWALMeta(metaPath)
@@ -168,20 +168,20 @@ func checkWAL(dir string, logger hclog.Logger) (term, first, last uint64, err er
 		case errors.Is(err, os.ErrNotExist) && si.SealTime.IsZero():
 			continue // a crash between recording a new tail and creating it: raft-wal creates it
 		case err != nil:
-			return 0, 0, 0, &StorageError{Path: seg, Problem: "segment file listed in " + metadb.FileName + " is unreadable: " + err.Error()}
+			return 0, 0, 0, &Error{Path: seg, Problem: "segment file listed in " + metadb.FileName + " is unreadable: " + err.Error()}
 		case fi.Size() < int64(si.SizeLimit):
-			return 0, 0, 0, &StorageError{Path: seg, Problem: fmt.Sprintf(
+			return 0, 0, 0, &Error{Path: seg, Problem: fmt.Sprintf(
 				"segment file cut short: %d bytes, but it is preallocated to %d", fi.Size(), si.SizeLimit)}
 		}
 	}
-	s, err := openWAL(dir, 0, hclog.NewNullLogger())
+	s, err := OpenWAL(dir, 0, hclog.NewNullLogger())
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer s.Close()
-	err = safely("read the wal", func() error {
+	err = Safely("read the wal", func() error {
 		var err error
-		if term, err = s.GetUint64(keyCurrentTerm); err != nil {
+		if term, err = s.GetUint64(KeyCurrentTerm); err != nil {
 			return fmt.Errorf("cannot read the current term: %w", err)
 		}
 		if first, err = s.FirstIndex(); err == nil {
@@ -199,7 +199,7 @@ func checkWAL(dir string, logger hclog.Logger) (term, first, last uint64, err er
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, &StorageError{Path: path, Problem: "corrupt wal: " + err.Error()}
+		return 0, 0, 0, &Error{Path: path, Problem: "corrupt wal: " + err.Error()}
 	}
 	logger.Debug("wal checked", "segments", len(meta.Segments), "first", first, "last", last, "term", term)
 	return term, first, last, nil
@@ -210,10 +210,10 @@ func readWALMeta(path string) (types.PersistentState, error) {
 	var st types.PersistentState
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if errors.Is(err, bbolt.ErrTimeout) {
-		return st, fmt.Errorf("open %s: %w", path, errWALInUse)
+		return st, fmt.Errorf("open %s: %w", path, ErrWALInUse)
 	}
 	if err != nil {
-		return st, &StorageError{Path: path, Problem: "corrupt wal metadata: " + err.Error()}
+		return st, &Error{Path: path, Problem: "corrupt wal metadata: " + err.Error()}
 	}
 	defer db.Close()
 	err = db.View(func(tx *bbolt.Tx) error {
@@ -227,12 +227,12 @@ func readWALMeta(path string) (types.PersistentState, error) {
 		return nil
 	})
 	if err != nil {
-		return st, &StorageError{Path: path, Problem: "corrupt wal metadata: " + err.Error()}
+		return st, &Error{Path: path, Problem: "corrupt wal metadata: " + err.Error()}
 	}
 	return st, nil
 }
 
-// walSize is the bytes the wal takes on disk (the segments preallocated).
-func walSize(dir string) uint64 {
-	return treeSize(filepath.Join(dir, walDir))
+// WALSize is the bytes the wal takes on disk (the segments preallocated).
+func WALSize(dir string) uint64 {
+	return TreeSize(filepath.Join(dir, WALDir))
 }
