@@ -53,7 +53,7 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		id: req.ID,
 		before: func() (*fsm.Result, error, bool) {
 			req.Seed = rand.Uint64() // proposer-side randomness; Apply only reads it from the entry
-			if e := n.refuseForDisk(req); e != nil {
+			if e := n.disk.refuse(req); e != nil {
 				return &fsm.Result{Err: e}, nil, true
 			}
 			return nil, nil, false

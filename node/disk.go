@@ -10,6 +10,7 @@ import (
 
 	"github.com/rangealloc/rangealloc/node/internal/storage"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/human"
@@ -45,6 +46,13 @@ const diskHandoffEvery = 10 * time.Second
 // diskWatch is what the node last read of its disk. checkDisk writes it;
 // anyone reads it.
 type diskWatch struct {
+	// The node's: its ID, data directory, log store, floor
+	// (Config.MinFreeDisk), free-space call and logger. Set by Open.
+	id, dir, logStore string
+	floor             uint64
+	readFree          func(dir string) (uint64, error)
+	logger            hclog.Logger
+
 	free      atomic.Uint64 // free bytes on the file system of DataDir
 	known     atomic.Bool   // free was read at least once
 	low       atomic.Bool   // known, and free is below MinFreeDisk
@@ -80,16 +88,25 @@ type DiskStats struct {
 // Config.DiskCheckInterval).
 func (n *Node) DiskStats() DiskStats {
 	d := &n.disk
-	return DiskStats{Free: d.free.Load(), Floor: n.cfg.MinFreeDisk, Low: d.low.Load(),
+	return DiskStats{Free: d.free.Load(), Floor: d.floor, Low: d.low.Load(),
 		RaftLogBytes: d.logBytes.Load(), SnapshotBytes: d.snapBytes.Load(),
 		Stalled: n.stall.Stalled(), Stalls: n.stall.Stalls()}
+}
+
+// init gives the watch what it reads: the node's ID, its data directory
+// and log store, the floor and free-space call of cfg.
+func (d *diskWatch) init(id string, cfg Config, logStore string, logger hclog.Logger) {
+	d.id, d.dir, d.logStore, d.floor, d.readFree, d.logger = id, cfg.DataDir, logStore, cfg.MinFreeDisk, cfg.DiskFree, logger
+	if d.readFree == nil {
+		d.readFree = storage.FreeBytes
+	}
 }
 
 // startDiskWatch reads the disk once, so that a node started on a full
 // disk refuses writes from its first request, then keeps reading it on a
 // goroutine the node owns until Close.
 func (n *Node) startDiskWatch() {
-	n.checkDisk()
+	n.disk.check()
 	n.goFunc(n.diskLoop)
 }
 
@@ -102,54 +119,48 @@ func (n *Node) diskLoop() {
 			return
 		case <-t.C:
 		}
-		n.checkDisk()
+		n.disk.check()
 		if n.disk.low.Load() && n.IsLeader() {
 			n.handOffForDisk()
 		}
 	}
 }
 
-// checkDisk reads the free space and the sizes of raft.db and the
+// check reads the free space and the sizes of raft.db and the
 // snapshots. A failed read of the free space keeps the last value: a
 // node whose file system cannot say (or an OS without statfs) is not
 // called low for it.
-func (n *Node) checkDisk() {
-	d := &n.disk
-	read := n.cfg.DiskFree
-	if read == nil {
-		read = storage.FreeBytes
-	}
-	free, err := read(n.cfg.DataDir)
+func (d *diskWatch) check() {
+	free, err := d.readFree(d.dir)
 	switch {
 	case err != nil:
 		if !d.failing.Swap(true) {
-			n.logger.Warn("cannot read the free space of the data dir; keeping the last reading", "dir", n.cfg.DataDir, "error", err)
+			d.logger.Warn("cannot read the free space of the data dir; keeping the last reading", "dir", d.dir, "error", err)
 		}
 	default:
 		d.failing.Store(false)
-		low := n.cfg.MinFreeDisk > 0 && free < n.cfg.MinFreeDisk
+		low := d.floor > 0 && free < d.floor
 		d.free.Store(free)
 		d.known.Store(true)
 		switch was := d.low.Swap(low); {
 		case low && !was:
-			n.logger.Warn("disk low: refusing client writes until space returns", "dir", n.cfg.DataDir,
-				"free", human.Bytes(free), "min_free_disk", human.Bytes(n.cfg.MinFreeDisk))
+			d.logger.Warn("disk low: refusing client writes until space returns", "dir", d.dir,
+				"free", human.Bytes(free), "min_free_disk", human.Bytes(d.floor))
 		case !low && was:
-			n.logger.Info("disk has space again: taking client writes", "free", human.Bytes(free))
+			d.logger.Info("disk has space again: taking client writes", "free", human.Bytes(free))
 		}
 	}
-	if n.logStore == storage.LogStoreWAL {
-		d.logBytes.Store(storage.WALSize(n.cfg.DataDir))
+	if d.logStore == storage.LogStoreWAL {
+		d.logBytes.Store(storage.WALSize(d.dir))
 	} else {
-		d.logBytes.Store(storage.FileSize(filepath.Join(n.cfg.DataDir, storage.BoltFile)))
+		d.logBytes.Store(storage.FileSize(filepath.Join(d.dir, storage.BoltFile)))
 	}
-	d.snapBytes.Store(storage.TreeSize(filepath.Join(n.cfg.DataDir, "snapshots")))
+	d.snapBytes.Store(storage.TreeSize(filepath.Join(d.dir, storage.SnapDir)))
 }
 
-// fillDiskProbe adds this node's disk to its probe reply: a low leader
-// picks whom to hand leadership to by it.
-func (n *Node) fillDiskProbe(r *wire.ProbeReply) {
-	d := &n.disk
+// fillProbe adds this node's disk to its probe reply: a low leader picks
+// whom to hand leadership to by it.
+func (d *diskWatch) fillProbe(r *wire.ProbeReply) {
 	r.DiskFree, r.DiskLow = d.free.Load(), d.low.Load()
 }
 
@@ -166,25 +177,24 @@ func clientWrite(k fsm.Kind) bool {
 	return false
 }
 
-// diskLowError is the refusal of a client write while this node's disk
-// is low; nil while it is not.
-func (n *Node) diskLowError() *fsm.Error {
-	d := &n.disk
+// lowError is the refusal of a client write while this node's disk is
+// low; nil while it is not.
+func (d *diskWatch) lowError() *fsm.Error {
 	if !d.low.Load() {
 		return nil
 	}
 	return &fsm.Error{Code: fsm.CodeInsufficientStorage, Op: -1, Message: fmt.Sprintf(
 		"node %s has %s (%d bytes) free on the file system of its data dir %s, below its floor of %s (--min-free-disk): it refuses client writes until space returns; nothing was applied",
-		n.id, human.Bytes(d.free.Load()), d.free.Load(), n.cfg.DataDir, human.Bytes(n.cfg.MinFreeDisk))}
+		d.id, human.Bytes(d.free.Load()), d.free.Load(), d.dir, human.Bytes(d.floor))}
 }
 
-// refuseForDisk returns the refusal of req, a client write, while this
-// node's disk is low; nil otherwise.
-func (n *Node) refuseForDisk(req *fsm.Request) *fsm.Error {
+// refuse returns the refusal of req, a client write, while this node's
+// disk is low; nil otherwise.
+func (d *diskWatch) refuse(req *fsm.Request) *fsm.Error {
 	if !clientWrite(req.Kind) {
 		return nil
 	}
-	return n.diskLowError()
+	return d.lowError()
 }
 
 // handOffForDisk, on a low leader, hands leadership to the most
@@ -198,7 +208,7 @@ func (n *Node) handOffForDisk() {
 	to, ok := n.voterWithSpace()
 	if !ok {
 		n.logger.Warn("disk low and no other voter with space answers: keeping leadership, refusing client writes",
-			"free", human.Bytes(d.free.Load()), "min_free_disk", human.Bytes(n.cfg.MinFreeDisk))
+			"free", human.Bytes(d.free.Load()), "min_free_disk", human.Bytes(d.floor))
 		return
 	}
 	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", human.Bytes(d.free.Load()))

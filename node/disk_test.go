@@ -244,7 +244,7 @@ func TestDiskLowAfterUnknownOutcome(t *testing.T) {
 					return false
 				}
 				disks[i].Load().fill()
-				nodes[i].Load().checkDisk()
+				nodes[i].Load().disk.check()
 				return true
 			}}, nil
 		}
@@ -463,15 +463,16 @@ func TestCheckDisk(t *testing.T) {
 				return next.free, nil
 			}
 			n := &Node{cfg: cfg, id: "n1", logger: hclog.NewNullLogger()}
+			n.disk.init(n.id, cfg, LogStoreBolt, n.logger)
 			for i, r := range c.readings {
 				next = r
-				n.checkDisk()
+				n.disk.check()
 				s := n.DiskStats()
 				assert.Equal(t, r.low, s.Low, "reading %d (%+v): Low", i, r)
 				assert.Equal(t, r.showing, s.Free, "reading %d (%+v): Free", i, r)
-				assert.Equal(t, r.low, n.diskLowError() != nil, "reading %d: refusal", i)
-				assert.Equal(t, r.low, n.refuseForDisk(&fsm.Request{Kind: fsm.KindTxn}) != nil, "reading %d: a txn", i)
-				assert.Nil(t, n.refuseForDisk(&fsm.Request{Kind: fsm.KindSetMember}), "a member row is never refused")
+				assert.Equal(t, r.low, n.disk.lowError() != nil, "reading %d: refusal", i)
+				assert.Equal(t, r.low, n.disk.refuse(&fsm.Request{Kind: fsm.KindTxn}) != nil, "reading %d: a txn", i)
+				assert.Nil(t, n.disk.refuse(&fsm.Request{Kind: fsm.KindSetMember}), "a member row is never refused")
 			}
 		})
 	}

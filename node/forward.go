@@ -515,7 +515,7 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 		return nil
 	}
 	req := reqs[0]
-	if e := s.n.refuseForDisk(req); e != nil {
+	if e := s.n.disk.refuse(req); e != nil {
 		reply.Result = fsm.EncodeResult(&fsm.Result{Err: e})
 		return nil
 	}

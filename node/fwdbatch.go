@@ -360,7 +360,7 @@ func (s *rpcService) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitB
 	reply.Results = make([]wire.SubmitReply, len(reqs))
 	props := make([]*proposal, len(reqs))
 	for i, req := range reqs {
-		if e := s.n.refuseForDisk(req); e != nil {
+		if e := s.n.disk.refuse(req); e != nil {
 			reply.Results[i].Result = fsm.EncodeResult(&fsm.Result{Err: e})
 			continue
 		}

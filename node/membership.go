@@ -327,7 +327,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.maxFeatureLevel()
 	r.ClusterLevel = n.fsm.FeatureLevel()
 	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
-	n.fillDiskProbe(r)
+	n.disk.fillProbe(r)
 	return r
 }
 

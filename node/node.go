@@ -174,6 +174,7 @@ func (n *Node) start(ctx context.Context) error {
 	if n.logStore, err = storage.Resolve(cfg.DataDir, cfg.LogStore, true); err != nil {
 		return err
 	}
+	n.disk.init(n.id, cfg, n.logStore, n.logger)
 	disk, err := storage.Check(cfg.DataDir, n.logStore, n.logger)
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func (n *Node) Readiness() Readiness {
 		return not(ReasonDiskStalled, "a write to the Raft log store in %s has not returned within %v (--disk-stall-timeout): "+
 			"this node sends no Raft message until it does", n.cfg.DataDir, n.cfg.DiskStallTimeout)
 	}
-	if e := n.diskLowError(); e != nil {
+	if e := n.disk.lowError(); e != nil {
 		return not(ReasonDiskFull, "%s", e.Message)
 	}
 	addr, leader := n.raft.LeaderWithID()

@@ -158,7 +158,7 @@ func (n *Node) Restore(ctx context.Context, r io.Reader, requestID string) error
 	if requestID == "" {
 		requestID = drawRequestID()
 	}
-	if e := n.diskLowError(); e != nil {
+	if e := n.disk.lowError(); e != nil {
 		return e
 	}
 	b, err := fsm.ReadBackup(ctxReader{ctx, r})
@@ -275,7 +275,7 @@ func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) (maybe bool,
 		n.logger.Info("restore already applied under this request ID; not restoring again", "request_id", id)
 		return false, nil
 	}
-	if e := n.diskLowError(); e != nil {
+	if e := n.disk.lowError(); e != nil {
 		return false, e
 	}
 	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")

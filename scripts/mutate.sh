@@ -45,7 +45,7 @@ submit-new-id-per-attempt | node/apply.go | s{(\t\treq\.Seed = rand\.Uint64\(\))
 submit-new-id-after-unknown | node/apply.go | s{(\tapplied := func\(o outcome\) \(\*fsm\.Result, bool, error\) \{ )}{$1if o.err != nil \&\& !o.definite \{\n\t\treq.ID = uuid.NewString()\n\t\}\n\t\t} | ./test/ | ^TestRetryAfterLostAnswerAppliesOnce$
 restore-forgets-request-id | node/write.go | s{b\.Remember\(id, fp\)\.Write\(}{b.Write(} | ./node/ | ^TestRestoreRequestID$
 restore-no-request-lookup | node/write.go | s{if prev, ok := n\.fsm\.RequestFingerprint\(id\); ok \{}{if prev, ok := n.fsm.RequestFingerprint(id); false \&\& ok \{} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
-restore-disk-before-lookup | node/write.go | s{(\tterm := n\.raft\.CurrentTerm\(\)\n)}{$1\tif e := n.diskLowError(); e != nil \{\n\t\treturn false, e\n\t\}\n} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
+restore-disk-before-lookup | node/write.go | s{(\tterm := n\.raft\.CurrentTerm\(\)\n)}{$1\tif e := n.disk.lowError(); e != nil \{\n\t\treturn false, e\n\t\}\n} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
 request-classes-ignored | fsm/requests.go | s{if t\.classes && IsDrawnRequestID\(id\) \{}{if false \{} | ./fsm/ | ^TestKeyedRequestsOutliveDrawnOnes$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
 founding-ignores-peer-state | node/membership.go | s{n\.life\.get\(\) < phaseOffering:\n\t\t\t\treturn "", n\.refuseFounding\(r\.peer, r\.reply\)}{n.life.get() < phaseOffering:\n\t\t\t\tempty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
