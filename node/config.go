@@ -216,6 +216,16 @@ func DefaultConfig() Config {
 // Validate checks the configuration without changing it.
 func (c *Config) Validate() error {
 	var errs []error
+	errs = append(errs, c.checkPlace()...)
+	errs = append(errs, c.checkFounding()...)
+	errs = append(errs, c.checkPools()...)
+	errs = append(errs, c.checkTuning()...)
+	return errors.Join(errs...)
+}
+
+// checkPlace checks where the node keeps its state and how it is reached.
+func (c *Config) checkPlace() []error {
+	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("DataDir is empty"))
 	}
@@ -241,6 +251,12 @@ func (c *Config) Validate() error {
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		errs = append(errs, errors.New("ServerTLS and ClientTLS go together: a node that accepts TLS must dial TLS"))
 	}
+	return errs
+}
+
+// checkFounding checks how a node without state founds or joins a cluster.
+func (c *Config) checkFounding() []error {
+	var errs []error
 	if len(c.Peers) > 0 && (len(c.Join) > 0 || c.JoinVia != nil) {
 		errs = append(errs, errors.New("Peers and Join exclude each other: bootstrap a fixed voter set, or join a cluster"))
 	}
@@ -272,6 +288,13 @@ func (c *Config) Validate() error {
 	case len(c.Peers) > 0 && !self:
 		errs = append(errs, fmt.Errorf("ID %q is not one of Peers: every node of the list is given the list and its own ID", c.ID))
 	}
+	return errs
+}
+
+// checkPools checks the pools a founder creates: valid names, ranges that
+// parse and do not overlap.
+func (c *Config) checkPools() []error {
+	var errs []error
 	var ranges []allocator.Range
 	for _, p := range c.Pools {
 		if err := fsm.ValidatePoolName(p.Name); err != nil {
@@ -289,6 +312,12 @@ func (c *Config) Validate() error {
 		}
 		ranges = append(ranges, r)
 	}
+	return errs
+}
+
+// checkTuning checks the timeouts, batching, backups and disk watch.
+func (c *Config) checkTuning() []error {
+	var errs []error
 	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 || c.LeaderLeaseTimeout <= 0 || c.CommitTimeout <= 0 {
 		errs = append(errs, errors.New("Raft timeouts must be positive (start from DefaultConfig)"))
 	}
@@ -313,5 +342,5 @@ func (c *Config) Validate() error {
 	if c.DiskCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("DiskCheckInterval is %v; want a positive duration (start from DefaultConfig)", c.DiskCheckInterval))
 	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -161,28 +161,43 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// start opens the data directory, starts Raft, and founds, joins or
+// rejoins the cluster: the three steps below, in order.
 func (n *Node) start(ctx context.Context) error {
+	disk, foundFrom, adv, err := n.openDataDir()
+	if err != nil {
+		return err
+	}
+	if err := n.startRaft(disk, adv); err != nil {
+		return err
+	}
+	return n.takePlace(ctx, disk, foundFrom)
+}
+
+// openDataDir checks the data directory and reads what it holds: whether
+// it has state, and the backup a lone founder founds from (or finishes
+// restoring). It makes the phase's first move for a node with state.
+func (n *Node) openDataDir() (disk storage.State, foundFrom *fsm.Backup, adv *net.TCPAddr, err error) {
 	cfg := n.cfg
 	n.addr = cfg.AdvertiseRaft
 	if n.addr == "" {
 		n.addr = cfg.RaftAddr
 	}
-	adv, err := net.ResolveTCPAddr("tcp", n.addr)
+	adv, err = net.ResolveTCPAddr("tcp", n.addr)
 	if err != nil {
-		return fmt.Errorf("advertise address %q: %w", n.addr, err)
+		return disk, nil, nil, fmt.Errorf("advertise address %q: %w", n.addr, err)
 	}
 	if n.logStore, err = storage.Resolve(cfg.DataDir, cfg.LogStore, true); err != nil {
-		return err
+		return disk, nil, nil, err
 	}
 	n.disk.init(n.id, cfg, n.logStore, n.logger)
-	disk, err := storage.Check(cfg.DataDir, n.logStore, n.logger)
+	disk, err = storage.Check(cfg.DataDir, n.logStore, n.logger)
 	if err != nil {
-		return err
+		return disk, nil, nil, err
 	}
 	if err := n.loadClusterID(); err != nil {
-		return err
+		return disk, nil, nil, err
 	}
-	var foundFrom *fsm.Backup // the backup a lone node founds from, or finishes restoring
 	switch {
 	case disk.HasState:
 		foundFrom, err = n.pendingRestore()
@@ -190,7 +205,7 @@ func (n *Node) start(ctx context.Context) error {
 		foundFrom, err = n.prepareFounding()
 	}
 	if err != nil {
-		return err
+		return disk, nil, nil, err
 	}
 	// The phase's first move: a node with state serves, or finishes the
 	// founding restore it was stopped in.
@@ -201,11 +216,20 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if disk.HasState {
 		if err := n.resumeFounding(); err != nil {
-			return err
+			return disk, nil, nil, err
 		}
 	}
+	return disk, foundFrom, adv, nil
+}
+
+// startRaft starts the Raft transport, the stores and Raft itself, and
+// the node's goroutines. Without state, Raft's port stays shut until
+// takePlace decides.
+func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
+	cfg := n.cfg
 	// Raft's port opens once Raft runs (at once with state; without it,
 	// when takePart decides), so raftPeerAllowed always has n.raft.
+	var err error
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
 		DialRPC: cfg.DialRPC, RaftClosed: true, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
 		AllowRaftPeer: n.raftPeerAllowed})
@@ -247,6 +271,12 @@ func (n *Node) start(ctx context.Context) error {
 	n.goFunc(n.followLoop)
 	n.startDiskWatch()
 	n.startStallWatch()
+	return nil
+}
+
+// takePlace founds or joins a cluster when the node has no state, opens
+// Raft's port, and finishes a founding restore.
+func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm.Backup) error {
 	if disk.HasState {
 		// A founding marker left by a crash between bootstrap and its
 		// removal (takePart) would let this directory, once emptied, skip
