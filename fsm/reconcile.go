@@ -160,7 +160,7 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 			}
 			claims[v] = key
 			switch rec := p.recs.get(off); {
-			case !p.p.Bitmap().Has(off):
+			case !p.p.HasOffset(off):
 				msg := fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", h.Family, h.Value)
 				if h.Kind != service.KindClusterIP {
 					msg = fmt.Sprintf("Port %s is not allocated; repairing", h.Value)
@@ -187,7 +187,7 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 		if p != n.ports {
 			kind = service.KindClusterIP
 		}
-		p.p.Bitmap().ForEach(func(off int) bool {
+		p.p.ForEachUsed(func(off int) bool {
 			rec := p.recs.get(off)
 			if !strings.HasPrefix(rec.owner, ServiceOwnerPrefix) || rec.revision() > fence {
 				return true
@@ -229,7 +229,7 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 			continue // they may be the values of a Service deleted after the caller listed it
 		}
 		for _, m := range misses[key] {
-			m.p.p.Bitmap().Allocate(m.off)
+			m.p.p.AllocateOffset(m.off) // missing: free
 			m.p.take(m.off, owner, true, index)
 			out[m.finding].Repaired = true
 		}
@@ -250,7 +250,7 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 				continue
 			}
 			off, e := p.offset(h.Value)
-			if e != nil || !p.p.Bitmap().Has(off) || p.recs.get(off).owner != ServiceOwnerPrefix+key {
+			if e != nil || !p.p.HasOffset(off) || p.recs.get(off).owner != ServiceOwnerPrefix+key {
 				continue // not held by this Service (a forced release took it): nothing to keep the record for
 			}
 			all = all && leaked[at{p, off}]
@@ -271,8 +271,7 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 				continue
 			}
 		}
-		lk.p.p.Bitmap().Release(lk.off)
-		lk.p.recs.set(lk.off, record{})
+		lk.p.free(lk.off)
 		f.Repaired = true
 	}
 	return &Result{Findings: out}

@@ -316,11 +316,9 @@ func revert(undos []undo) {
 	for j := len(undos) - 1; j >= 0; j-- {
 		u := undos[j]
 		if u.rel {
-			u.p.p.Bitmap().Allocate(u.off)
-			u.p.recs.set(u.off, u.rec)
+			u.p.putBack(u.off, u.rec)
 		} else {
-			u.p.p.Bitmap().Release(u.off)
-			u.p.recs.set(u.off, record{})
+			u.p.free(u.off)
 		}
 	}
 }
@@ -371,8 +369,8 @@ func (s *state) putService(index uint64, r *Request) *Result {
 	for _, nd := range plan.Requests() {
 		p := n.poolOf(nd.Kind, nd.Family)
 		off, e := p.offset(nd.Value)
-		if e == nil && !p.p.Bitmap().Allocate(off) {
-			e = &Error{Message: allocator.AllocatedError(p.p.Range().Kind()).Error(), Owner: p.recs.get(off).owner}
+		if e == nil {
+			e = p.allocate(off)
 		}
 		if e != nil {
 			return fail(requestError(spec.Name, &plan.Spec, nd, e))
@@ -385,8 +383,8 @@ func (s *state) putService(index uint64, r *Request) *Result {
 	picked := make([]string, 0, len(dyn))
 	for _, nd := range dyn {
 		p := n.poolOf(nd.Kind, nd.Family)
-		off, ok := p.p.Bitmap().AllocateNext(splitmix64(&rnd))
-		if !ok {
+		off, err := p.p.AllocateNext(splitmix64(&rnd))
+		if err != nil { // full
 			what := "a nodePort"
 			if nd.Kind == service.KindClusterIP {
 				what = "a serviceIP"
@@ -442,15 +440,14 @@ func requestError(name string, spec *service.Spec, nd service.Need, e *Error) *E
 // before maxRev; it reports whether it did.
 func (p *pool) releaseOwned(value, owner string, maxRev uint64, undos *[]undo) bool {
 	off, err := p.offset(value)
-	if err != nil || !p.p.Bitmap().Has(off) {
+	if err != nil || !p.p.HasOffset(off) {
 		return false
 	}
 	rec := p.recs.get(off)
 	if rec.owner != owner || rec.revision() > maxRev {
 		return false
 	}
-	p.p.Bitmap().Release(off)
-	p.recs.set(off, record{})
+	p.free(off)
 	if undos != nil {
 		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
 	}
@@ -560,8 +557,8 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 		for _, nd := range plan.Requests() {
 			p := n.poolOf(nd.Kind, nd.Family)
 			off, e := p.offset(nd.Value)
-			if e == nil && !p.p.Bitmap().Allocate(off) {
-				e = &Error{Message: allocator.AllocatedError(p.p.Range().Kind()).Error(), Owner: p.recs.get(off).owner}
+			if e == nil {
+				e = p.allocate(off)
 			}
 			if e != nil {
 				return fail(i, requestError(spec.Name, &plan.Spec, nd, e))
@@ -583,7 +580,7 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 			if e != nil {
 				return fail(-1, e)
 			}
-			if !p.p.Bitmap().Allocate(off) {
+			if p.p.AllocateOffset(off) != nil {
 				continue // named by an imported Service, or held already
 			}
 			p.take(off, ImportOwner, true, index)

@@ -51,8 +51,8 @@ func (s *state) export() *snapshot.State {
 		p := s.pools[name]
 		rng, data := p.p.Snapshot()
 		sp := snapshot.Pool{Name: name, Range: rng, Data: data,
-			Allocations: make([]snapshot.Allocation, 0, p.p.Bitmap().Used())}
-		p.p.Bitmap().ForEach(func(off int) bool {
+			Allocations: make([]snapshot.Allocation, 0, p.p.Used())}
+		p.p.ForEachUsed(func(off int) bool {
 			r := p.recs.get(off)
 			sp.Allocations = append(sp.Allocations, snapshot.Allocation{Owner: r.owner, Static: r.static(), Revision: r.revision()})
 			return true
@@ -112,13 +112,13 @@ func importState(ss *snapshot.State) (*state, error) {
 		if err := ap.Restore(sp.Range, sp.Data); err != nil {
 			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
 		}
-		if ap.Bitmap().Used() != len(sp.Allocations) {
-			return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Bitmap().Used())
+		if ap.Used() != len(sp.Allocations) {
+			return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Used())
 		}
 		p := &pool{name: sp.Name, p: ap}
 		i := 0
 		var bad error
-		ap.Bitmap().ForEach(func(off int) bool {
+		ap.ForEachUsed(func(off int) bool {
 			a := sp.Allocations[i]
 			i++
 			if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {

@@ -217,7 +217,7 @@ func (s *state) deletePool(name string) *Result {
 	if !ok {
 		return &Result{Err: errorf(CodePoolNotFound, "pool %q not found", name)}
 	}
-	if used := p.p.Bitmap().Used(); used > 0 {
+	if used := p.p.Used(); used > 0 {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q holds %d allocations", name, used)}
 	}
 	if what := s.network.names(name); what != "" && s.level() >= levelNetworkPoolsKept {
@@ -283,19 +283,15 @@ type opDone struct {
 func revertOps(done []opDone) {
 	for i := len(done) - 1; i >= 0; i-- {
 		d := &done[i]
-		b := d.p.p.Bitmap()
 		switch {
 		case d.rel:
-			b.Allocate(d.off)
-			d.p.recs.set(d.off, d.rec)
+			d.p.putBack(d.off, d.rec)
 		case d.offs != nil:
 			for j := len(d.offs) - 1; j >= 0; j-- {
-				b.Release(d.offs[j])
-				d.p.recs.set(d.offs[j], record{})
+				d.p.free(d.offs[j])
 			}
 		default:
-			b.Release(d.off)
-			d.p.recs.set(d.off, record{})
+			d.p.free(d.off)
 		}
 	}
 }
@@ -316,7 +312,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 		if err != nil {
 			return err
 		}
-		if !p.p.Bitmap().Has(off) {
+		if !p.p.HasOffset(off) {
 			return errorf(CodeNotAllocated, "%s is not allocated in pool %q", op.Value, op.Pool)
 		}
 		rec := p.recs.get(off)
@@ -331,8 +327,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 			}
 			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
-		p.p.Bitmap().Release(off)
-		p.recs.set(off, record{})
+		p.free(off)
 		*done = opDone{p: p, rec: rec, rel: true, off: off, value: op.Value}
 		return nil
 	}
@@ -341,23 +336,19 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 		if err != nil {
 			return err
 		}
-		if !p.p.Bitmap().Allocate(off) {
-			return &Error{Code: CodeAlreadyAllocated, Message: allocator.AllocatedError(p.p.Range().Kind()).Error(),
-				Op: -1, Owner: p.recs.get(off).owner}
+		if err := p.allocate(off); err != nil {
+			return err
 		}
 		*done = opDone{p: p, rec: p.take(off, op.Owner, true, index), off: off, value: op.Value}
 		return nil
 	}
-	n := max(op.Count, 1)
-	if p.p.Bitmap().Free() < n {
-		return errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
+	offs, err := p.p.AllocateNextN(max(op.Count, 1), func() uint64 { return splitmix64(rnd) })
+	if err != nil {
+		return allocError(err)
 	}
-	offs := make([]int, n)
 	var rec record
-	for i := range offs {
-		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
+	for _, off := range offs {
 		rec = p.take(off, op.Owner, false, index)
-		offs[i] = off
 	}
 	*done = opDone{p: p, rec: rec, offs: offs}
 	return nil
