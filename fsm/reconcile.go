@@ -264,10 +264,10 @@ func (s *state) reconcileOn(index, fence uint64, in []service.Spec, repair bool)
 		f := &out[lk.finding]
 		key := f.Owner[len(ServiceOwnerPrefix):]
 		if r := s.services[key]; r != nil {
-			if s.level() >= levelRepairByOffset && holds(r.Spec, lk.p, lk.off, lk.p == n.ports) {
+			if s.rules.repairByOffset && holds(r.Spec, lk.p, lk.off, lk.p == n.ports) {
 				continue
 			}
-			if s.level() < levelRepairByOffset && names(r.Spec, f.Value, lk.p == n.ports) {
+			if !s.rules.repairByOffset && names(r.Spec, f.Value, lk.p == n.ports) {
 				continue
 			}
 		}

@@ -291,7 +291,7 @@ func (s *state) fieldError(name string, err error) *Error {
 	}
 	if len(el) == 1 && el[0].Code == service.CodeInternal {
 		code := CodeInvalidArgument
-		if s.level() >= levelHealthCheckInvalid {
+		if s.rules.healthCheckInvalid {
 			code = CodeInvalid
 		}
 		return &Error{Code: code, Op: -1, Field: el[0].Field, Message: el[0].Error()}
@@ -469,7 +469,7 @@ func (s *state) deleteService(index uint64, r *Request) *Result {
 	// holds none of them, and must not keep the others held. Below level
 	// 4, nothing was released unless the whole network resolved.
 	poolOf := s.networkPool
-	if s.level() < levelReleaseWithoutNetwork {
+	if !s.rules.releaseWithoutNetwork {
 		if n, err := s.resolveNetwork(); err == nil {
 			poolOf = n.poolOf
 		} else {

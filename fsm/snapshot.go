@@ -19,7 +19,7 @@ func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
 		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID,
 		network: s.network, services: make(map[string]*ServiceRecord, len(s.services)), freed: s.freed,
-		featureLevel: s.featureLevel}
+		featureLevel: s.featureLevel, rules: s.rules}
 	for k, r := range s.services { // records are replaced, never changed: share them
 		c.services[k] = r
 	}
@@ -92,8 +92,7 @@ func importState(ss *snapshot.State) (*state, error) {
 	if ss.FeatureLevel > MaxFeatureLevel {
 		return nil, fmt.Errorf("snapshot: %w", errLevelTooHigh(ss.FeatureLevel))
 	}
-	s.featureLevel = ss.FeatureLevel
-	s.applyLevel()
+	s.setLevel(ss.FeatureLevel)
 	if ss.ClusterID != "" {
 		if err := ValidateClusterID(ss.ClusterID); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)

@@ -30,15 +30,17 @@ type state struct {
 	// may be the freed ones of a Service deleted after the caller listed.
 	freed uint64
 	// featureLevel is the cluster's feature level (feature.go); 0 means
-	// none was recorded, which is level 1.
+	// none was recorded, which is level 1. rules are its rules (rules.go),
+	// resolved whenever it is set (setLevel).
 	featureLevel uint64
+	rules        rules
 	// scratch is the fingerprints' encoding space, kept between requests.
 	scratch []byte
 }
 
 func newState() *state {
 	return &state{pools: make(map[string]*pool), requests: newRequestTable(), members: make(map[string]Member),
-		services: make(map[string]*ServiceRecord)}
+		services: make(map[string]*ServiceRecord), rules: rulesFor(1)}
 }
 
 // apply applies one request carried by the entry at index and returns its result.
@@ -65,7 +67,7 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	res.Index = index
 	if r.ID != "" && !r.DryRun {
 		enc := EncodeResult(res)
-		if len(enc) > maxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.level() >= LevelBoundedResults {
+		if len(enc) > maxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.rules.boundedResults {
 			// A snapshot keeps results of up to 1 MiB, and a retry must get
 			// the whole first answer: a transaction whose answer is larger
 			// (4,096 values with long owners) is undone and refused. Below
@@ -105,7 +107,7 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		// level 2 and levels never fall, so no log holds one below it:
 		// this refusal changes no replica's state, it keeps the state
 		// machine from ever holding what it cannot snapshot.
-		if r.Kind == KindSetMemberNonvoter && s.level() < KindLevel(KindSetMemberNonvoter) {
+		if r.Kind == KindSetMemberNonvoter && !s.rules.nonvoterMembers {
 			return &Result{Err: errorf(CodeInvalidArgument, "a member kept a non-voter needs feature level %d; the cluster is at %d",
 				KindLevel(KindSetMemberNonvoter), s.level())}
 		}
@@ -132,7 +134,7 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		// Leaders propose it only from its level, and levels never fall,
 		// so no log holds one below it; this refusal keeps a replica from
 		// applying what a node of the previous release could not.
-		if s.level() < KindLevel(KindPutServiceV2) {
+		if !s.rules.putServiceV2 {
 			return &Result{Err: errorf(CodeInvalidArgument, "%s needs feature level %d; the cluster is at %d",
 				KindPutServiceV2, KindLevel(KindPutServiceV2), s.level())}
 		}
@@ -220,7 +222,7 @@ func (s *state) deletePool(name string) *Result {
 	if used := p.p.Used(); used > 0 {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q holds %d allocations", name, used)}
 	}
-	if what := s.network.names(name); what != "" && s.level() >= levelNetworkPoolsKept {
+	if what := s.network.names(name); what != "" && s.rules.networkPoolsKept {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q is the service network's %s pool: point the network at another pool first (PUT /v1/service-network)", name, what)}
 	}
 	delete(s.pools, name)

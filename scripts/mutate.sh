@@ -54,11 +54,11 @@ founding-counts-offer-without-candidate | node/membership.go | s{case r\.reply\.
 founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.offerCandidate\(c\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
 lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase n.ClusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
-network-pool-deletable | fsm/state.go | s{what != "" && s\.level\(\) >= levelNetworkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
+network-pool-deletable | fsm/state.go | s{what != "" && s\.rules\.networkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
 snapshot-needs-network-pools | fsm/snapshot.go | s{if err := checkNetworkShape\(n\); err != nil \{}{if err := s.checkNetwork(n); err != nil \{} | ./node/ | ^TestRestartAfterNetworkPoolDeleted$
-nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && s\.level\(\)}{if false && s.level()} | ./fsm/ | ^TestNonvoterNeedsLevel2$
-repair-compares-strings | fsm/reconcile.go | s{if s\.level\(\) >= levelRepairByOffset && holds}{if false && holds} | ./fsm/ | ^TestRepairKeepsAValueSpelledAnotherWay$
-delete-service-needs-network | fsm/services.go | s{if s\.level\(\) < levelReleaseWithoutNetwork \{}{if true \{} | ./fsm/ | ^TestDeleteServiceWithoutANetworkPool$
+nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && !s\.rules\.nonvoterMembers}{if false && !s.rules.nonvoterMembers} | ./fsm/ | ^TestNonvoterNeedsLevel2$
+repair-compares-strings | fsm/reconcile.go | s{if s\.rules\.repairByOffset && holds}{if false && holds} | ./fsm/ | ^TestRepairKeepsAValueSpelledAnotherWay$
+delete-service-needs-network | fsm/services.go | s{if !s\.rules\.releaseWithoutNetwork \{}{if true \{} | ./fsm/ | ^TestDeleteServiceWithoutANetworkPool$
 healthcheck-invalid-argument | fsm/services.go | s{\t\t\tcode = CodeInvalid\n}{\t\t\tcode = CodeInvalidArgument\n} | ./fsm/ | ^TestHealthCheckNodePortOutOfRangeIsInvalid$
 backups-before-log-applied | node/backup.go | s{if applied := n\.fsm\.AppliedIndex\(\); applied < floor \{}{if applied := n.fsm.AppliedIndex(); false && applied < floor \{} | ./test/ | ^TestScheduledBackupsWaitAfterRestart$
 restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)\n\tif err := n\.wait\(n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\)}{term := n.raft.CurrentTerm()\n\tif err := n.wait(n.raft.Barrier(0))} | ./test/ | ^TestReadyAfterRepeatedRestore$
