@@ -1,6 +1,10 @@
 package fsm
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/rangealloc/rangealloc/internal/limits"
+)
 
 // The request table remembers the RequestTableSize most recent requests,
 // and fewer when their encoded results exceed RequestTableBytes in total;
@@ -27,8 +31,9 @@ const (
 	RequestTableSize  = 100_000
 	RequestTableBytes = 256 << 20
 	DrawnRequestBytes = 64 << 20
-	// maxRememberedResult is the largest encoded result a snapshot holds.
-	maxRememberedResult = 1 << 20
+	// MaxRememberedResult is the largest encoded result the table
+	// remembers and a snapshot holds (package limits defines it).
+	MaxRememberedResult = limits.MaxRememberedResult
 )
 
 // DrawnRequestPrefix begins the request IDs a node draws for writes that

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/internal/limits"
 	"github.com/rangealloc/rangealloc/service"
 )
 
@@ -19,11 +20,11 @@ const ServiceOwnerPrefix = "services/"
 // RangeAllocation that no imported Service names.
 const ImportOwner = "import"
 
-// Limits of Service writes, checked in Apply.
+// Limits of Service writes, checked in Apply (defined in package limits).
 const (
-	MaxServicePorts = 256  // ports of one Service
-	MaxUIDLen       = 128  // a Service's uid
-	MaxFieldLen     = 1024 // any other string field of a Service
+	MaxServicePorts = limits.MaxServicePorts // ports of one Service
+	MaxUIDLen       = limits.MaxUIDLen       // a Service's uid
+	MaxFieldLen     = limits.MaxFieldLen     // any other string field of a Service
 )
 
 // ServiceOwner returns the owner of a Service's values.
@@ -89,11 +90,11 @@ var (
 // ValidateServiceName checks a Service's namespace (a DNS-1123 label) and
 // name (a DNS-1035 label), with Kubernetes' texts.
 func ValidateServiceName(namespace, name string) *Error {
-	if len(namespace) > 63 || !dns1123Label.MatchString(namespace) {
+	if len(namespace) > limits.MaxNamespace || !dns1123Label.MatchString(namespace) {
 		return &Error{Code: CodeInvalid, Op: -1, Field: "metadata.namespace", Message: fmt.Sprintf(
 			"metadata.namespace: Invalid value: %q: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')", namespace)}
 	}
-	if len(name) > 63 || !dns1035Label.MatchString(name) {
+	if len(name) > limits.MaxServiceName || !dns1035Label.MatchString(name) {
 		return &Error{Code: CodeInvalid, Op: -1, Field: "metadata.name", Message: fmt.Sprintf(
 			"metadata.name: Invalid value: %q: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')", name)}
 	}
@@ -233,7 +234,7 @@ func (s *state) checkNetwork(n ServiceNetwork) *Error {
 // pools exist is another matter (checkNetwork): a log written before
 // feature level 4 may have deleted one since.
 func checkNetworkShape(n ServiceNetwork) *Error {
-	if len(n.Families) == 0 || len(n.Families) > 2 {
+	if len(n.Families) == 0 || len(n.Families) > limits.MaxFamilies {
 		return errorf(CodeInvalidArgument, "a service network has 1 or 2 IP families, got %d", len(n.Families))
 	}
 	if len(n.Families) == 2 && n.Families[0] == n.Families[1] {

@@ -67,7 +67,7 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	res.Index = index
 	if r.ID != "" && !r.DryRun {
 		enc := EncodeResult(res)
-		if len(enc) > maxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.rules.boundedResults {
+		if len(enc) > MaxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.rules.boundedResults {
 			// A snapshot keeps results of up to 1 MiB, and a retry must get
 			// the whole first answer: a transaction whose answer is larger
 			// (4,096 values with long owners) is undone and refused. Below
@@ -76,10 +76,10 @@ func (s *state) apply(index uint64, r *Request) *Result {
 			revertOps(res.done)
 			res = &Result{Index: index, Err: errorf(CodeInvalidArgument,
 				"the answer to this request is %d bytes, more than the %d a cluster remembers for a retry: allocate fewer values per request, or use shorter owners",
-				len(enc), maxRememberedResult)}
+				len(enc), MaxRememberedResult)}
 			enc = EncodeResult(res)
 		}
-		if len(enc) > maxRememberedResult {
+		if len(enc) > MaxRememberedResult {
 			// A reconcile's findings can outgrow what a snapshot keeps of
 			// one result; a retry then gets the result without them.
 			trimmed := *res

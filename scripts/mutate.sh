@@ -66,7 +66,7 @@ founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remov
 founding-marker-kept | node/node.go | s{if err := durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
 join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
 forward-sends-abandoned | node/fwdbatch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/ | ^TestAbandonedBeforeSendIsNotSent$
-large-result-applied | fsm/state.go | s{len\(enc\) > maxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
+large-result-applied | fsm/state.go | s{len\(enc\) > MaxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
 large-result-proposed | node/write.go | s{if size > limit \{}{if false \{} | ./node/ | ^TestLargeAnswerKeepsSnapshots$
 request-bytes-shared | fsm/requests.go | s{if t\.byClass \{\n\t\tfor c, limit}{if false \{\n\t\tfor c, limit} | ./fsm/ | ^TestKeyedResultsOutliveLargeDrawnOnes$
 cross-site-write-served | api/auth.go | s{\t\tif why == "" \{\n\t\t\twhy = crossSiteWrite\(r\)\n\t\t\}\n}{} | ./api/ | ^TestGuardCrossSiteWrite$
