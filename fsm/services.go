@@ -324,10 +324,9 @@ func revert(undos []undo) {
 	}
 }
 
-// putService applies one Service write: it reserves every requested
-// value, then picks the dynamic ones, then releases what the write gives
-// up, then stores the record. A failure at any step reverts the steps
-// before it.
+// putService applies one Service write: it plans it, takes what the plan
+// needs (writePlan), then stores the record. A failure at any step reverts
+// the steps before it.
 func (s *state) putService(index uint64, r *Request) *Result {
 	if r.Service == nil {
 		return &Result{Err: errorf(CodeInvalidArgument, "no Service in the request")}
@@ -362,49 +361,9 @@ func (s *state) putService(index uint64, r *Request) *Result {
 		rec := *stored
 		return &Result{Service: &rec}
 	}
-	var undos []undo
-	fail := func(e *Error) *Result {
-		revert(undos)
+	done, freed, undos, e := writePlan(n, &plan, spec.Name, owner, index, r.Seed)
+	if e != nil {
 		return &Result{Err: e}
-	}
-	for _, nd := range plan.Requests() {
-		p := n.poolOf(nd.Kind, nd.Family)
-		off, e := p.offset(nd.Value)
-		if e == nil {
-			e = p.allocate(off)
-		}
-		if e != nil {
-			return fail(requestError(spec.Name, &plan.Spec, nd, e))
-		}
-		p.take(off, owner, true, index)
-		undos = append(undos, undo{p: p, off: off})
-	}
-	rnd := r.Seed
-	dyn := plan.Dynamic()
-	picked := make([]string, 0, len(dyn))
-	for _, nd := range dyn {
-		p := n.poolOf(nd.Kind, nd.Family)
-		off, err := p.p.AllocateNext(splitmix64(&rnd))
-		if err != nil { // full
-			what := "a nodePort"
-			if nd.Kind == service.KindClusterIP {
-				what = "a serviceIP"
-			}
-			return fail(&Error{Code: CodeRangeFull, Op: -1, Field: nd.Field, Message: "failed to allocate " + what + ": range is full"})
-		}
-		p.take(off, owner, false, index)
-		undos = append(undos, undo{p: p, off: off})
-		picked = append(picked, p.p.Range().Value(off))
-	}
-	freed := false
-	for _, h := range plan.Release {
-		if p := n.poolOf(h.Kind, h.Family); p != nil {
-			freed = p.releaseOwned(h.Value, owner, ^uint64(0), &undos) || freed
-		}
-	}
-	done, err := service.Complete(plan, picked)
-	if err != nil {
-		return fail(errorf(CodeInvalidArgument, "%v", err))
 	}
 	rec := &ServiceRecord{Spec: done, Revision: index}
 	if r.DryRun {
@@ -417,6 +376,80 @@ func (s *state) putService(index uint64, r *Request) *Result {
 	}
 	out := *rec
 	return &Result{Service: &out, Created: created}
+}
+
+// writePlan takes what a Service write's plan needs for owner: it reserves
+// every requested value, then picks the dynamic ones, then releases what
+// the write gives up. It returns the completed spec, whether it freed a
+// value, and its steps (a dry run reverts them); on an error it has
+// reverted them.
+func writePlan(n *svcNet, plan *service.Plan, name, owner string, index, seed uint64) (service.Spec, bool, []undo, *Error) {
+	var undos []undo
+	fail := func(e *Error) (service.Spec, bool, []undo, *Error) {
+		revert(undos)
+		return service.Spec{}, false, nil, e
+	}
+	if e := reserve(n, name, plan, owner, index, &undos); e != nil {
+		return fail(e)
+	}
+	picked, e := pickDynamic(n, plan.Dynamic(), owner, index, seed, &undos)
+	if e != nil {
+		return fail(e)
+	}
+	freed := false
+	for _, h := range plan.Release {
+		if p := n.poolOf(h.Kind, h.Family); p != nil {
+			freed = p.releaseOwned(h.Value, owner, ^uint64(0), &undos) || freed
+		}
+	}
+	done, err := service.Complete(*plan, picked)
+	if err != nil {
+		return fail(errorf(CodeInvalidArgument, "%v", err))
+	}
+	return done, freed, undos, nil
+}
+
+// reserve takes the values plan requests for owner, appending each step to
+// *undos. A value out of range or taken fails as kube-apiserver words it
+// (requestError); the caller reverts *undos.
+func reserve(n *svcNet, name string, plan *service.Plan, owner string, index uint64, undos *[]undo) *Error {
+	for _, nd := range plan.Requests() {
+		p := n.poolOf(nd.Kind, nd.Family)
+		off, e := p.offset(nd.Value)
+		if e == nil {
+			e = p.allocate(off)
+		}
+		if e != nil {
+			return requestError(name, &plan.Spec, nd, e)
+		}
+		p.take(off, owner, true, index)
+		*undos = append(*undos, undo{p: p, off: off})
+	}
+	return nil
+}
+
+// pickDynamic takes a value for each dynamic need, in order, for owner, each from
+// the next random start of seed's sequence, appending each step to *undos.
+// It returns the values picked, or RangeFull naming the field of the first
+// need whose pool is full; the caller reverts *undos.
+func pickDynamic(n *svcNet, dyn []service.Need, owner string, index, seed uint64, undos *[]undo) ([]string, *Error) {
+	rnd := seed
+	picked := make([]string, 0, len(dyn))
+	for _, nd := range dyn {
+		p := n.poolOf(nd.Kind, nd.Family)
+		off, err := p.p.AllocateNext(splitmix64(&rnd))
+		if err != nil { // full
+			what := "a nodePort"
+			if nd.Kind == service.KindClusterIP {
+				what = "a serviceIP"
+			}
+			return nil, &Error{Code: CodeRangeFull, Op: -1, Field: nd.Field, Message: "failed to allocate " + what + ": range is full"}
+		}
+		p.take(off, owner, false, index)
+		*undos = append(*undos, undo{p: p, off: off})
+		picked = append(picked, p.p.Range().Value(off))
+	}
+	return picked, nil
 }
 
 // requestError is the error of a requested value that is out of range or
@@ -555,41 +588,44 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 			return fail(i, &Error{Code: CodeInvalid, Op: -1, Field: dyn[0].Field,
 				Message: fmt.Sprintf("Service %s: %s has no value: an import keeps values, it picks none", key, dyn[0].Field)})
 		}
-		for _, nd := range plan.Requests() {
-			p := n.poolOf(nd.Kind, nd.Family)
-			off, e := p.offset(nd.Value)
-			if e == nil {
-				e = p.allocate(off)
-			}
-			if e != nil {
-				return fail(i, requestError(spec.Name, &plan.Spec, nd, e))
-			}
-			p.take(off, owner, true, index)
-			undos = append(undos, undo{p: p, off: off})
-			values++
+		if e := reserve(n, spec.Name, &plan, owner, index, &undos); e != nil {
+			return fail(i, e)
 		}
+		values += len(plan.Requests())
 		s.services[key] = &ServiceRecord{Spec: plan.Spec, Revision: index}
 		added[key] = true
 	}
-	for _, h := range r.Held {
+	held, e := s.hold(r.Held, index, &undos)
+	if e != nil {
+		return fail(-1, e)
+	}
+	return &Result{Count: values + held, Imported: len(added)}
+}
+
+// hold takes the held values that are free for ImportOwner, appending each
+// step to *undos, and returns how many it took; the caller reverts *undos
+// on an error.
+func (s *state) hold(held []PoolValues, index uint64, undos *[]undo) (int, *Error) {
+	n := 0
+	for _, h := range held {
 		p := s.pools[h.Pool]
 		if p == nil {
-			return fail(-1, errorf(CodePoolNotFound, "pool %q not found", h.Pool))
+			return 0, errorf(CodePoolNotFound, "pool %q not found", h.Pool)
 		}
 		for _, v := range h.Values {
 			off, e := p.offset(v)
 			if e != nil {
-				return fail(-1, e)
+				return 0, e
 			}
 			if p.p.AllocateOffset(off) != nil {
 				continue // named by an imported Service, or held already
 			}
 			p.take(off, ImportOwner, true, index)
-			undos = append(undos, undo{p: p, off: off})
-			values++
+			*undos = append(*undos, undo{p: p, off: off})
+			n++
 		}
 	}
-	return &Result{Count: values, Imported: len(added)}
+	return n, nil
 }
 
 // Service returns a stored Service.

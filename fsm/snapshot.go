@@ -100,35 +100,9 @@ func importState(ss *snapshot.State) (*state, error) {
 		s.clusterID = ss.ClusterID
 	}
 	for _, sp := range ss.Pools {
-		if err := ValidatePoolName(sp.Name); err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
-		}
-		rng, err := allocator.ParseRange(sp.Range)
+		p, err := importPool(sp)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
-		}
-		ap := allocator.NewPool(rng)
-		if err := ap.Restore(sp.Range, sp.Data); err != nil {
-			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
-		}
-		if ap.Used() != len(sp.Allocations) {
-			return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Used())
-		}
-		p := &pool{name: sp.Name, p: ap}
-		i := 0
-		var bad error
-		ap.ForEachUsed(func(off int) bool {
-			a := sp.Allocations[i]
-			i++
-			if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {
-				bad = fmt.Errorf("snapshot: pool %q: bad allocation record at offset %d", sp.Name, off)
-				return false
-			}
-			p.take(off, a.Owner, a.Static, a.Revision)
-			return true
-		})
-		if bad != nil {
-			return nil, bad
+			return nil, err
 		}
 		s.pools[sp.Name] = p
 	}
@@ -163,6 +137,43 @@ func importState(ss *snapshot.State) (*state, error) {
 	}
 	s.freed = ss.ServicesFreed
 	return s, nil
+}
+
+// importPool builds a pool from a snapshot's, checking that its range
+// parses, that its bitmap fits the range, and that each set bit has a
+// record.
+func importPool(sp snapshot.Pool) (*pool, error) {
+	if err := ValidatePoolName(sp.Name); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	rng, err := allocator.ParseRange(sp.Range)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+	}
+	ap := allocator.NewPool(rng)
+	if err := ap.Restore(sp.Range, sp.Data); err != nil {
+		return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+	}
+	if ap.Used() != len(sp.Allocations) {
+		return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Used())
+	}
+	p := &pool{name: sp.Name, p: ap}
+	i := 0
+	var bad error
+	ap.ForEachUsed(func(off int) bool {
+		a := sp.Allocations[i]
+		i++
+		if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {
+			bad = fmt.Errorf("snapshot: pool %q: bad allocation record at offset %d", sp.Name, off)
+			return false
+		}
+		p.take(off, a.Owner, a.Static, a.Revision)
+		return true
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return p, nil
 }
 
 // WriteBackup writes the current state in the snapshot format: what
