@@ -10,7 +10,7 @@
 //   - Range: an IP range (a CIDR) or a port range (first-last) that maps
 //     values to offsets and knows its band size B.
 //   - Pool: a Range and a Bitmap together, speaking values and Kubernetes'
-//     error texts.
+//     error texts, and offsets for a caller that keeps data per offset.
 //
 // The picture for 10.96.0.0/24 (254 usable addresses, B = 16):
 //

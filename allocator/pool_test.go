@@ -242,3 +242,67 @@ func ExamplePool() {
 	// 10.96.0.17 dynamic
 	// provided IP is already allocated
 }
+
+// TestOffsetMethods: the offset methods agree with the bitmap they keep,
+// fail with the package's typed errors (Kubernetes' texts where the value
+// methods give them), and change nothing when they fail.
+func TestOffsetMethods(t *testing.T) {
+	for _, tc := range []struct{ rng, allocated string }{
+		{"10.96.0.0/24", "provided IP is already allocated"},
+		{"30000-30127", "provided port is already allocated"},
+	} {
+		t.Run(tc.rng, func(t *testing.T) {
+			p := mustPool(t, tc.rng)
+			size := p.Range().Size()
+			require.NoError(t, p.AllocateOffset(3))
+			assert.True(t, p.HasOffset(3))
+			err := p.AllocateOffset(3)
+			require.ErrorIs(t, err, ErrAllocated)
+			assert.Equal(t, tc.allocated, err.Error())
+			for _, off := range []int{-1, size} {
+				assert.False(t, p.HasOffset(off))
+				require.ErrorIs(t, p.AllocateOffset(off), ErrNotInRange)
+				require.ErrorIs(t, p.ReleaseOffset(off), ErrNotInRange)
+			}
+			require.ErrorIs(t, p.ReleaseOffset(4), ErrNotAllocated)
+			assert.Equal(t, 1, p.Used())
+			assert.Equal(t, 1, p.UsedStatic())
+			assert.Equal(t, 0, p.UsedDynamic())
+			assert.Equal(t, size-1, p.Free())
+
+			rnds := []uint64{7, 7, 1 << 40}
+			calls := 0
+			offs, err := p.AllocateNextN(len(rnds), func() uint64 { calls++; return rnds[calls-1] })
+			require.NoError(t, err)
+			ref := mustPool(t, tc.rng)
+			require.NoError(t, ref.AllocateOffset(3))
+			for i, rnd := range rnds {
+				off, err := ref.AllocateNext(rnd)
+				require.NoError(t, err)
+				assert.Equal(t, off, offs[i], "the %d-th offset, as AllocateNext takes it", i)
+			}
+			assert.True(t, p.Bitmap().Equal(ref.Bitmap()))
+
+			var used []int
+			p.ForEachUsed(func(off int) bool { used = append(used, off); return true })
+			var next []int
+			for off := p.NextUsed(0); off >= 0; off = p.NextUsed(off + 1) {
+				next = append(next, off)
+			}
+			assert.Equal(t, used, next)
+			assert.Len(t, used, 4)
+
+			before := p.Bitmap().Clone()
+			_, err = p.AllocateNextN(p.Free()+1, func() uint64 { t.Fatal("rnd called"); return 0 })
+			require.ErrorIs(t, err, ErrFull)
+			assert.Equal(t, "range is full", err.Error())
+			assert.True(t, before.Equal(p.Bitmap()), "a refused AllocateNextN changed the pool")
+
+			for _, off := range used {
+				require.NoError(t, p.ReleaseOffset(off))
+			}
+			assert.Equal(t, 0, p.Used())
+			assert.Equal(t, -1, p.NextUsed(0))
+		})
+	}
+}

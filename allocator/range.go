@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/rangealloc/rangealloc/internal/limits"
 )
 
 // Kind tells IP ranges from port ranges.
@@ -28,8 +30,9 @@ func (k Kind) String() string {
 }
 
 // MaxHostBits bounds IP ranges: at most 2^20 addresses (an IPv4 /12, an
-// IPv6 /108), so a bitmap is at most 128 KiB.
-const MaxHostBits = 20
+// IPv6 /108), so a bitmap is at most 128 KiB. Package limits defines it,
+// for the snapshot codec's bound on a bitmap too.
+const MaxHostBits = limits.MaxHostBits
 
 // Range is a set of allocatable values mapped onto offsets [0, Size()).
 type Range interface {

@@ -35,7 +35,7 @@ const (
 	// MaxServicesBody bounds the bodies that list Services:
 	// /v1/reconcile and /v1/import (about 100,000 Services).
 	MaxServicesBody = 64 << 20
-	MaxKeyLen       = 128 // Idempotency-Key
+	MaxKeyLen       = fsm.MaxRequestID // Idempotency-Key: the request ID it becomes
 	DefaultLimit    = types.DefaultLimit
 	MaxLimit        = types.MaxLimit
 )

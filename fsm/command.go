@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
+	"github.com/rangealloc/rangealloc/internal/limits"
 	"github.com/rangealloc/rangealloc/service"
 )
 
@@ -113,18 +114,20 @@ const (
 	OpReleaseForce OpKind = 3
 )
 
-// Limits every request is checked against, by the proposer and again in Apply.
+// Limits every request is checked against, by the proposer and again in
+// Apply. Package limits defines each, once; these are its names for fsm's
+// callers.
 const (
-	MaxOps        = 4096 // operations in one transaction
-	MaxCount      = 4096 // values in one count allocation
-	MaxOwnerLen   = 253
-	MaxRequestID  = 128
-	MaxPoolName   = 63
-	MaxValueLen   = 64
-	MaxRangeLen   = 64
-	MaxMemberID   = 128
-	MaxAddressLen = 256
-	MaxClusterID  = 64
+	MaxOps        = limits.MaxOps   // operations in one transaction
+	MaxCount      = limits.MaxCount // values in one count allocation
+	MaxOwnerLen   = limits.MaxOwnerLen
+	MaxRequestID  = limits.MaxRequestID
+	MaxPoolName   = limits.MaxPoolName
+	MaxValueLen   = limits.MaxValueLen
+	MaxRangeLen   = limits.MaxRangeLen
+	MaxMemberID   = limits.MaxMemberID
+	MaxAddressLen = limits.MaxAddressLen
+	MaxClusterID  = limits.MaxClusterID
 	maxRequests   = 1 << 16 // requests in one batch entry
 	// maxField bounds any string the decoder reads. It only keeps a corrupt
 	// length from allocating; the limits above are checked by Apply, which

@@ -19,54 +19,29 @@ import "fmt"
 //     evict a keyed request's result. No new kind or format: what changes
 //     is which results every replica remembers, so all must change at one
 //     log index.
-//   - Level 4: rules of the Services' state machine, no new kind or
-//     format. A pool the service network names cannot be deleted (it
-//     answers PoolNotEmpty); before, an empty one could be, which left the
-//     network naming a pool that was gone. Deleting a Service releases its
-//     values from the pools that exist even when one of the network's is
-//     gone (before, it released none). A repair keeps a leaked value that
-//     a kept record names in another spelling ("fd00::00a" for "fd00::a"):
-//     values are compared by offset, not as strings. A requested
-//     healthCheckNodePort that cannot be reserved is 422 Invalid, not 400
-//     InvalidArgument. A transaction whose answer encodes to more than
-//     the 1 MiB a snapshot keeps of a remembered result is undone and
-//     refused (before, it was applied, and no snapshot could be written
-//     until its result left the request table). The request table bounds
-//     the bytes of keyed and drawn requests apart (requests.go), so
-//     large answers to writes without a key never evict a keyed one.
+//   - Level 4: rules of the Services' state machine, bounded results, and
+//     the request table's byte bound by class; no new kind or format.
 //   - Level 5: KindPutServiceV2, a Service write that carries the
 //     singular clusterIP its caller gave, so that an update naming only
 //     the stored primary keeps a dual-stack Service's secondary, as
 //     kube-apiserver does. Below it, proposers fold the singular into
 //     clusterIPs themselves, which refuses that update (422).
 //
+// What Apply does at each level, and did before it, is written in one
+// place: the rules of rules.go, which the state resolves from its level
+// when the level changes.
+//
 // A new kind or format bumps MaxFeatureLevel and names its level in
 // kindLevels (or in the snapshot package's choice of format); so does a
-// new rule of Apply.
+// new rule of Apply, a field of rules that rulesFor sets from its level.
 const MaxFeatureLevel = 5
-
-// levelRequestClasses is the feature level from which the request table
-// counts keyed and drawn requests apart.
-const levelRequestClasses = 3
-
-// The feature level from which each of level 4's rules holds (above).
-// LevelBoundedResults is exported for proposers, which refuse what could
-// be too large below it.
-const (
-	levelNetworkPoolsKept      = 4
-	levelReleaseWithoutNetwork = 4
-	levelRepairByOffset        = 4
-	levelHealthCheckInvalid    = 4
-	LevelBoundedResults        = 4
-	levelBytesByClass          = 4
-)
 
 // kindLevels is the feature level that introduced each kind; kinds not
 // listed are level 1.
 var kindLevels = map[Kind]int{
-	KindSetFeatureLevel:   2,
-	KindSetMemberNonvoter: 2,
-	KindPutServiceV2:      5,
+	KindSetFeatureLevel:   levelRaise,
+	KindSetMemberNonvoter: levelRaise,
+	KindPutServiceV2:      levelPutServiceV2,
 }
 
 // KindLevel returns the feature level a cluster must have before a leader
@@ -98,21 +73,8 @@ func (s *state) setFeatureLevel(level uint64) *Result {
 	case int(level) == s.level():
 		return &Result{}
 	}
-	s.featureLevel = level
-	s.applyLevel()
+	s.setLevel(level)
 	return &Result{Created: true}
-}
-
-// applyLevel puts in force the rules of the state's feature level: called
-// when the level is raised, and when a snapshot is read (before its
-// requests are put back).
-func (s *state) applyLevel() {
-	if s.level() >= levelRequestClasses {
-		s.requests.countClasses()
-	}
-	if s.level() >= levelBytesByClass {
-		s.requests.boundBytesByClass()
-	}
 }
 
 // FeatureLevel returns the cluster's feature level, 1 until one was raised.

@@ -166,7 +166,7 @@ func (f *FSM) Get(poolName, value string) (Allocation, error) {
 	if err != nil {
 		return Allocation{}, err
 	}
-	if !p.p.Bitmap().Has(off) {
+	if !p.p.HasOffset(off) {
 		return Allocation{}, errorf(CodeNotAllocated, "%s is not allocated in pool %q", value, poolName)
 	}
 	return p.allocation(off), nil
@@ -196,9 +196,8 @@ func (f *FSM) List(poolName, owner, after string, limit int) (allocs []Allocatio
 		}
 		from = off + 1
 	}
-	b := p.p.Bitmap()
 	allocs = []Allocation{}
-	for off := b.NextSet(from); off >= 0; off = b.NextSet(off + 1) {
+	for off := p.p.NextUsed(from); off >= 0; off = p.p.NextUsed(off + 1) {
 		if owner != "" && p.recs.get(off).owner != owner {
 			continue
 		}

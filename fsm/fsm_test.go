@@ -955,7 +955,7 @@ func TestRequestTableBytesByClassReplay(t *testing.T) {
 	}
 	live := newState()
 	require.Nil(t, live.setFeatureLevel(levelRequestClasses).Err)
-	replayAgainstSnapshots(t, live, 2_000, 700, levelBytesByClass, 250, func(i int) requestEntry {
+	replayAgainstSnapshots(t, live, 2_000, 700, levelServiceRules, 250, func(i int) requestEntry {
 		id := fmt.Sprintf("k-%d", i)
 		if rng.IntN(3) > 0 {
 			id = fmt.Sprintf("%s%d", DrawnRequestPrefix, i)

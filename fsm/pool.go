@@ -95,17 +95,52 @@ func (p *pool) take(off int, owner string, static bool, index uint64) record {
 	return r
 }
 
+// allocate takes offset off, whose record take writes next: it fails
+// with AlreadyAllocated, naming the holder, when off is held.
+func (p *pool) allocate(off int) *Error {
+	if err := p.p.AllocateOffset(off); err != nil {
+		e := allocError(err)
+		e.Owner = p.recs.get(off).owner
+		return e
+	}
+	return nil
+}
+
+// free clears offset off, which is held, and its record.
+func (p *pool) free(off int) {
+	p.p.ReleaseOffset(off)
+	p.recs.set(off, record{})
+}
+
+// putBack takes offset off, which is free, again with its record r: it
+// undoes a free.
+func (p *pool) putBack(off int, r record) {
+	p.p.AllocateOffset(off)
+	p.recs.set(off, r)
+}
+
 // offset translates a value, mapping allocator errors to result codes.
 func (p *pool) offset(value string) (int, *Error) {
 	off, err := p.p.Range().Offset(value)
-	switch {
-	case err == nil:
-		return off, nil
-	case errors.Is(err, allocator.ErrNotInRange):
-		return 0, &Error{Code: CodeNotInRange, Message: err.Error(), Op: -1}
-	default:
-		return 0, &Error{Code: CodeInvalidArgument, Message: err.Error(), Op: -1}
+	if err != nil {
+		return 0, allocError(err)
 	}
+	return off, nil
+}
+
+// allocError is the result error of an allocator error: its code by
+// errors.Is, its message the allocator's (Kubernetes' texts).
+func allocError(err error) *Error {
+	code := CodeInvalidArgument
+	switch {
+	case errors.Is(err, allocator.ErrNotInRange):
+		code = CodeNotInRange
+	case errors.Is(err, allocator.ErrAllocated):
+		code = CodeAlreadyAllocated
+	case errors.Is(err, allocator.ErrFull):
+		code = CodeRangeFull
+	}
+	return &Error{Code: code, Message: err.Error(), Op: -1}
 }
 
 // PoolStatus describes a pool and its use.
@@ -118,8 +153,7 @@ type PoolStatus struct {
 }
 
 func (p *pool) status() PoolStatus {
-	b := p.p.Bitmap()
-	return PoolStatus{Name: p.name, Range: p.p.Range(), Used: b.Used(), UsedStatic: b.UsedStatic(), UsedDynamic: b.UsedDynamic()}
+	return PoolStatus{Name: p.name, Range: p.p.Range(), Used: p.p.Used(), UsedStatic: p.p.UsedStatic(), UsedDynamic: p.p.UsedDynamic()}
 }
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

@@ -1,6 +1,10 @@
 package fsm
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/rangealloc/rangealloc/internal/limits"
+)
 
 // The request table remembers the RequestTableSize most recent requests,
 // and fewer when their encoded results exceed RequestTableBytes in total;
@@ -10,7 +14,7 @@ import "strings"
 // memory bounded. Both numbers are part of the replicated state's
 // definition: every replica must use the same.
 //
-// From feature level 3 on (levelRequestClasses), the count bound applies
+// From feature level 3 on (rules.requestClasses), the count bound applies
 // to two classes apart: requests whose ID a caller chose (an
 // Idempotency-Key, or the embedded API's request ID), and requests whose
 // ID a node drew because the write came without one (DrawnRequestPrefix).
@@ -19,7 +23,7 @@ import "strings"
 // one call. The byte bound still covers both, evicting the oldest of
 // either class.
 //
-// From feature level 4 on (levelBytesByClass) each class has its own byte
+// From feature level 4 on (rules.bytesByClass) each class has its own byte
 // bound too: RequestTableBytes for keyed requests, DrawnRequestBytes for
 // drawn ones. Before, a few hundred large answers to writes without a key
 // (count allocations) evicted a keyed result a client could still retry.
@@ -27,8 +31,9 @@ const (
 	RequestTableSize  = 100_000
 	RequestTableBytes = 256 << 20
 	DrawnRequestBytes = 64 << 20
-	// maxRememberedResult is the largest encoded result a snapshot holds.
-	maxRememberedResult = 1 << 20
+	// MaxRememberedResult is the largest encoded result the table
+	// remembers and a snapshot holds (package limits defines it).
+	MaxRememberedResult = limits.MaxRememberedResult
 )
 
 // DrawnRequestPrefix begins the request IDs a node draws for writes that
@@ -163,8 +168,8 @@ func (t *requestTable) evict(q *requestQueue) {
 	}
 }
 
-// boundBytesByClass gives each class its own byte bound (the cluster
-// reached levelBytesByClass), and evicts what is over them.
+// boundBytesByClass gives each class its own byte bound (the cluster's
+// rules have bytesByClass), and evicts what is over them.
 func (t *requestTable) boundBytesByClass() {
 	if t.byClass {
 		return
@@ -183,7 +188,7 @@ func (t *requestTable) oldestQueue() *requestQueue {
 }
 
 // countClasses moves the table to counting keyed and drawn requests apart
-// (the cluster reached levelRequestClasses): the drawn ones move to their
+// (the cluster's rules have requestClasses): the drawn ones move to their
 // own queue, each queue keeping log order. Each class then holds at most
 // what the whole table held, so nothing is evicted.
 func (t *requestTable) countClasses() {

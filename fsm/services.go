@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/rangealloc/rangealloc/allocator"
+	"github.com/rangealloc/rangealloc/internal/limits"
 	"github.com/rangealloc/rangealloc/service"
 )
 
@@ -19,11 +20,11 @@ const ServiceOwnerPrefix = "services/"
 // RangeAllocation that no imported Service names.
 const ImportOwner = "import"
 
-// Limits of Service writes, checked in Apply.
+// Limits of Service writes, checked in Apply (defined in package limits).
 const (
-	MaxServicePorts = 256  // ports of one Service
-	MaxUIDLen       = 128  // a Service's uid
-	MaxFieldLen     = 1024 // any other string field of a Service
+	MaxServicePorts = limits.MaxServicePorts // ports of one Service
+	MaxUIDLen       = limits.MaxUIDLen       // a Service's uid
+	MaxFieldLen     = limits.MaxFieldLen     // any other string field of a Service
 )
 
 // ServiceOwner returns the owner of a Service's values.
@@ -89,11 +90,11 @@ var (
 // ValidateServiceName checks a Service's namespace (a DNS-1123 label) and
 // name (a DNS-1035 label), with Kubernetes' texts.
 func ValidateServiceName(namespace, name string) *Error {
-	if len(namespace) > 63 || !dns1123Label.MatchString(namespace) {
+	if len(namespace) > limits.MaxNamespace || !dns1123Label.MatchString(namespace) {
 		return &Error{Code: CodeInvalid, Op: -1, Field: "metadata.namespace", Message: fmt.Sprintf(
 			"metadata.namespace: Invalid value: %q: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')", namespace)}
 	}
-	if len(name) > 63 || !dns1035Label.MatchString(name) {
+	if len(name) > limits.MaxServiceName || !dns1035Label.MatchString(name) {
 		return &Error{Code: CodeInvalid, Op: -1, Field: "metadata.name", Message: fmt.Sprintf(
 			"metadata.name: Invalid value: %q: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')", name)}
 	}
@@ -233,7 +234,7 @@ func (s *state) checkNetwork(n ServiceNetwork) *Error {
 // pools exist is another matter (checkNetwork): a log written before
 // feature level 4 may have deleted one since.
 func checkNetworkShape(n ServiceNetwork) *Error {
-	if len(n.Families) == 0 || len(n.Families) > 2 {
+	if len(n.Families) == 0 || len(n.Families) > limits.MaxFamilies {
 		return errorf(CodeInvalidArgument, "a service network has 1 or 2 IP families, got %d", len(n.Families))
 	}
 	if len(n.Families) == 2 && n.Families[0] == n.Families[1] {
@@ -291,7 +292,7 @@ func (s *state) fieldError(name string, err error) *Error {
 	}
 	if len(el) == 1 && el[0].Code == service.CodeInternal {
 		code := CodeInvalidArgument
-		if s.level() >= levelHealthCheckInvalid {
+		if s.rules.healthCheckInvalid {
 			code = CodeInvalid
 		}
 		return &Error{Code: code, Op: -1, Field: el[0].Field, Message: el[0].Error()}
@@ -316,19 +317,16 @@ func revert(undos []undo) {
 	for j := len(undos) - 1; j >= 0; j-- {
 		u := undos[j]
 		if u.rel {
-			u.p.p.Bitmap().Allocate(u.off)
-			u.p.recs.set(u.off, u.rec)
+			u.p.putBack(u.off, u.rec)
 		} else {
-			u.p.p.Bitmap().Release(u.off)
-			u.p.recs.set(u.off, record{})
+			u.p.free(u.off)
 		}
 	}
 }
 
-// putService applies one Service write: it reserves every requested
-// value, then picks the dynamic ones, then releases what the write gives
-// up, then stores the record. A failure at any step reverts the steps
-// before it.
+// putService applies one Service write: it plans it, takes what the plan
+// needs (writePlan), then stores the record. A failure at any step reverts
+// the steps before it.
 func (s *state) putService(index uint64, r *Request) *Result {
 	if r.Service == nil {
 		return &Result{Err: errorf(CodeInvalidArgument, "no Service in the request")}
@@ -363,49 +361,9 @@ func (s *state) putService(index uint64, r *Request) *Result {
 		rec := *stored
 		return &Result{Service: &rec}
 	}
-	var undos []undo
-	fail := func(e *Error) *Result {
-		revert(undos)
+	done, freed, undos, e := writePlan(n, &plan, spec.Name, owner, index, r.Seed)
+	if e != nil {
 		return &Result{Err: e}
-	}
-	for _, nd := range plan.Requests() {
-		p := n.poolOf(nd.Kind, nd.Family)
-		off, e := p.offset(nd.Value)
-		if e == nil && !p.p.Bitmap().Allocate(off) {
-			e = &Error{Message: allocator.AllocatedError(p.p.Range().Kind()).Error(), Owner: p.recs.get(off).owner}
-		}
-		if e != nil {
-			return fail(requestError(spec.Name, &plan.Spec, nd, e))
-		}
-		p.take(off, owner, true, index)
-		undos = append(undos, undo{p: p, off: off})
-	}
-	rnd := r.Seed
-	dyn := plan.Dynamic()
-	picked := make([]string, 0, len(dyn))
-	for _, nd := range dyn {
-		p := n.poolOf(nd.Kind, nd.Family)
-		off, ok := p.p.Bitmap().AllocateNext(splitmix64(&rnd))
-		if !ok {
-			what := "a nodePort"
-			if nd.Kind == service.KindClusterIP {
-				what = "a serviceIP"
-			}
-			return fail(&Error{Code: CodeRangeFull, Op: -1, Field: nd.Field, Message: "failed to allocate " + what + ": range is full"})
-		}
-		p.take(off, owner, false, index)
-		undos = append(undos, undo{p: p, off: off})
-		picked = append(picked, p.p.Range().Value(off))
-	}
-	freed := false
-	for _, h := range plan.Release {
-		if p := n.poolOf(h.Kind, h.Family); p != nil {
-			freed = p.releaseOwned(h.Value, owner, ^uint64(0), &undos) || freed
-		}
-	}
-	done, err := service.Complete(plan, picked)
-	if err != nil {
-		return fail(errorf(CodeInvalidArgument, "%v", err))
 	}
 	rec := &ServiceRecord{Spec: done, Revision: index}
 	if r.DryRun {
@@ -418,6 +376,80 @@ func (s *state) putService(index uint64, r *Request) *Result {
 	}
 	out := *rec
 	return &Result{Service: &out, Created: created}
+}
+
+// writePlan takes what a Service write's plan needs for owner: it reserves
+// every requested value, then picks the dynamic ones, then releases what
+// the write gives up. It returns the completed spec, whether it freed a
+// value, and its steps (a dry run reverts them); on an error it has
+// reverted them.
+func writePlan(n *svcNet, plan *service.Plan, name, owner string, index, seed uint64) (service.Spec, bool, []undo, *Error) {
+	var undos []undo
+	fail := func(e *Error) (service.Spec, bool, []undo, *Error) {
+		revert(undos)
+		return service.Spec{}, false, nil, e
+	}
+	if e := reserve(n, name, plan, owner, index, &undos); e != nil {
+		return fail(e)
+	}
+	picked, e := pickDynamic(n, plan.Dynamic(), owner, index, seed, &undos)
+	if e != nil {
+		return fail(e)
+	}
+	freed := false
+	for _, h := range plan.Release {
+		if p := n.poolOf(h.Kind, h.Family); p != nil {
+			freed = p.releaseOwned(h.Value, owner, ^uint64(0), &undos) || freed
+		}
+	}
+	done, err := service.Complete(*plan, picked)
+	if err != nil {
+		return fail(errorf(CodeInvalidArgument, "%v", err))
+	}
+	return done, freed, undos, nil
+}
+
+// reserve takes the values plan requests for owner, appending each step to
+// *undos. A value out of range or taken fails as kube-apiserver words it
+// (requestError); the caller reverts *undos.
+func reserve(n *svcNet, name string, plan *service.Plan, owner string, index uint64, undos *[]undo) *Error {
+	for _, nd := range plan.Requests() {
+		p := n.poolOf(nd.Kind, nd.Family)
+		off, e := p.offset(nd.Value)
+		if e == nil {
+			e = p.allocate(off)
+		}
+		if e != nil {
+			return requestError(name, &plan.Spec, nd, e)
+		}
+		p.take(off, owner, true, index)
+		*undos = append(*undos, undo{p: p, off: off})
+	}
+	return nil
+}
+
+// pickDynamic takes a value for each dynamic need, in order, for owner, each from
+// the next random start of seed's sequence, appending each step to *undos.
+// It returns the values picked, or RangeFull naming the field of the first
+// need whose pool is full; the caller reverts *undos.
+func pickDynamic(n *svcNet, dyn []service.Need, owner string, index, seed uint64, undos *[]undo) ([]string, *Error) {
+	rnd := seed
+	picked := make([]string, 0, len(dyn))
+	for _, nd := range dyn {
+		p := n.poolOf(nd.Kind, nd.Family)
+		off, err := p.p.AllocateNext(splitmix64(&rnd))
+		if err != nil { // full
+			what := "a nodePort"
+			if nd.Kind == service.KindClusterIP {
+				what = "a serviceIP"
+			}
+			return nil, &Error{Code: CodeRangeFull, Op: -1, Field: nd.Field, Message: "failed to allocate " + what + ": range is full"}
+		}
+		p.take(off, owner, false, index)
+		*undos = append(*undos, undo{p: p, off: off})
+		picked = append(picked, p.p.Range().Value(off))
+	}
+	return picked, nil
 }
 
 // requestError is the error of a requested value that is out of range or
@@ -442,15 +474,14 @@ func requestError(name string, spec *service.Spec, nd service.Need, e *Error) *E
 // before maxRev; it reports whether it did.
 func (p *pool) releaseOwned(value, owner string, maxRev uint64, undos *[]undo) bool {
 	off, err := p.offset(value)
-	if err != nil || !p.p.Bitmap().Has(off) {
+	if err != nil || !p.p.HasOffset(off) {
 		return false
 	}
 	rec := p.recs.get(off)
 	if rec.owner != owner || rec.revision() > maxRev {
 		return false
 	}
-	p.p.Bitmap().Release(off)
-	p.recs.set(off, record{})
+	p.free(off)
 	if undos != nil {
 		*undos = append(*undos, undo{p: p, off: off, rec: rec, rel: true})
 	}
@@ -472,7 +503,7 @@ func (s *state) deleteService(index uint64, r *Request) *Result {
 	// holds none of them, and must not keep the others held. Below level
 	// 4, nothing was released unless the whole network resolved.
 	poolOf := s.networkPool
-	if s.level() < levelReleaseWithoutNetwork {
+	if !s.rules.releaseWithoutNetwork {
 		if n, err := s.resolveNetwork(); err == nil {
 			poolOf = n.poolOf
 		} else {
@@ -557,41 +588,44 @@ func (s *state) importServices(index uint64, r *Request) *Result {
 			return fail(i, &Error{Code: CodeInvalid, Op: -1, Field: dyn[0].Field,
 				Message: fmt.Sprintf("Service %s: %s has no value: an import keeps values, it picks none", key, dyn[0].Field)})
 		}
-		for _, nd := range plan.Requests() {
-			p := n.poolOf(nd.Kind, nd.Family)
-			off, e := p.offset(nd.Value)
-			if e == nil && !p.p.Bitmap().Allocate(off) {
-				e = &Error{Message: allocator.AllocatedError(p.p.Range().Kind()).Error(), Owner: p.recs.get(off).owner}
-			}
-			if e != nil {
-				return fail(i, requestError(spec.Name, &plan.Spec, nd, e))
-			}
-			p.take(off, owner, true, index)
-			undos = append(undos, undo{p: p, off: off})
-			values++
+		if e := reserve(n, spec.Name, &plan, owner, index, &undos); e != nil {
+			return fail(i, e)
 		}
+		values += len(plan.Requests())
 		s.services[key] = &ServiceRecord{Spec: plan.Spec, Revision: index}
 		added[key] = true
 	}
-	for _, h := range r.Held {
+	held, e := s.hold(r.Held, index, &undos)
+	if e != nil {
+		return fail(-1, e)
+	}
+	return &Result{Count: values + held, Imported: len(added)}
+}
+
+// hold takes the held values that are free for ImportOwner, appending each
+// step to *undos, and returns how many it took; the caller reverts *undos
+// on an error.
+func (s *state) hold(held []PoolValues, index uint64, undos *[]undo) (int, *Error) {
+	n := 0
+	for _, h := range held {
 		p := s.pools[h.Pool]
 		if p == nil {
-			return fail(-1, errorf(CodePoolNotFound, "pool %q not found", h.Pool))
+			return 0, errorf(CodePoolNotFound, "pool %q not found", h.Pool)
 		}
 		for _, v := range h.Values {
 			off, e := p.offset(v)
 			if e != nil {
-				return fail(-1, e)
+				return 0, e
 			}
-			if !p.p.Bitmap().Allocate(off) {
+			if p.p.AllocateOffset(off) != nil {
 				continue // named by an imported Service, or held already
 			}
 			p.take(off, ImportOwner, true, index)
-			undos = append(undos, undo{p: p, off: off})
-			values++
+			*undos = append(*undos, undo{p: p, off: off})
+			n++
 		}
 	}
-	return &Result{Count: values, Imported: len(added)}
+	return n, nil
 }
 
 // Service returns a stored Service.

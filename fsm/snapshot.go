@@ -19,7 +19,7 @@ func (s *state) clone() *state {
 	c := &state{pools: make(map[string]*pool, len(s.pools)), requests: s.requests.clone(),
 		members: make(map[string]Member, len(s.members)), index: s.index, term: s.term, clusterID: s.clusterID,
 		network: s.network, services: make(map[string]*ServiceRecord, len(s.services)), freed: s.freed,
-		featureLevel: s.featureLevel}
+		featureLevel: s.featureLevel, rules: s.rules}
 	for k, r := range s.services { // records are replaced, never changed: share them
 		c.services[k] = r
 	}
@@ -51,8 +51,8 @@ func (s *state) export() *snapshot.State {
 		p := s.pools[name]
 		rng, data := p.p.Snapshot()
 		sp := snapshot.Pool{Name: name, Range: rng, Data: data,
-			Allocations: make([]snapshot.Allocation, 0, p.p.Bitmap().Used())}
-		p.p.Bitmap().ForEach(func(off int) bool {
+			Allocations: make([]snapshot.Allocation, 0, p.p.Used())}
+		p.p.ForEachUsed(func(off int) bool {
 			r := p.recs.get(off)
 			sp.Allocations = append(sp.Allocations, snapshot.Allocation{Owner: r.owner, Static: r.static(), Revision: r.revision()})
 			return true
@@ -92,8 +92,7 @@ func importState(ss *snapshot.State) (*state, error) {
 	if ss.FeatureLevel > MaxFeatureLevel {
 		return nil, fmt.Errorf("snapshot: %w", errLevelTooHigh(ss.FeatureLevel))
 	}
-	s.featureLevel = ss.FeatureLevel
-	s.applyLevel()
+	s.setLevel(ss.FeatureLevel)
 	if ss.ClusterID != "" {
 		if err := ValidateClusterID(ss.ClusterID); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
@@ -101,35 +100,9 @@ func importState(ss *snapshot.State) (*state, error) {
 		s.clusterID = ss.ClusterID
 	}
 	for _, sp := range ss.Pools {
-		if err := ValidatePoolName(sp.Name); err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
-		}
-		rng, err := allocator.ParseRange(sp.Range)
+		p, err := importPool(sp)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
-		}
-		ap := allocator.NewPool(rng)
-		if err := ap.Restore(sp.Range, sp.Data); err != nil {
-			return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
-		}
-		if ap.Bitmap().Used() != len(sp.Allocations) {
-			return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Bitmap().Used())
-		}
-		p := &pool{name: sp.Name, p: ap}
-		i := 0
-		var bad error
-		ap.Bitmap().ForEach(func(off int) bool {
-			a := sp.Allocations[i]
-			i++
-			if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {
-				bad = fmt.Errorf("snapshot: pool %q: bad allocation record at offset %d", sp.Name, off)
-				return false
-			}
-			p.take(off, a.Owner, a.Static, a.Revision)
-			return true
-		})
-		if bad != nil {
-			return nil, bad
+			return nil, err
 		}
 		s.pools[sp.Name] = p
 	}
@@ -164,6 +137,43 @@ func importState(ss *snapshot.State) (*state, error) {
 	}
 	s.freed = ss.ServicesFreed
 	return s, nil
+}
+
+// importPool builds a pool from a snapshot's, checking that its range
+// parses, that its bitmap fits the range, and that each set bit has a
+// record.
+func importPool(sp snapshot.Pool) (*pool, error) {
+	if err := ValidatePoolName(sp.Name); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	rng, err := allocator.ParseRange(sp.Range)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+	}
+	ap := allocator.NewPool(rng)
+	if err := ap.Restore(sp.Range, sp.Data); err != nil {
+		return nil, fmt.Errorf("snapshot: pool %q: %w", sp.Name, err)
+	}
+	if ap.Used() != len(sp.Allocations) {
+		return nil, fmt.Errorf("snapshot: pool %q: %d allocation records for %d set bits", sp.Name, len(sp.Allocations), ap.Used())
+	}
+	p := &pool{name: sp.Name, p: ap}
+	i := 0
+	var bad error
+	ap.ForEachUsed(func(off int) bool {
+		a := sp.Allocations[i]
+		i++
+		if len(a.Owner) > MaxOwnerLen || a.Revision == 0 || a.Revision >= staticBit {
+			bad = fmt.Errorf("snapshot: pool %q: bad allocation record at offset %d", sp.Name, off)
+			return false
+		}
+		p.take(off, a.Owner, a.Static, a.Revision)
+		return true
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return p, nil
 }
 
 // WriteBackup writes the current state in the snapshot format: what

@@ -30,15 +30,17 @@ type state struct {
 	// may be the freed ones of a Service deleted after the caller listed.
 	freed uint64
 	// featureLevel is the cluster's feature level (feature.go); 0 means
-	// none was recorded, which is level 1.
+	// none was recorded, which is level 1. rules are its rules (rules.go),
+	// resolved whenever it is set (setLevel).
 	featureLevel uint64
+	rules        rules
 	// scratch is the fingerprints' encoding space, kept between requests.
 	scratch []byte
 }
 
 func newState() *state {
 	return &state{pools: make(map[string]*pool), requests: newRequestTable(), members: make(map[string]Member),
-		services: make(map[string]*ServiceRecord)}
+		services: make(map[string]*ServiceRecord), rules: rulesFor(1)}
 }
 
 // apply applies one request carried by the entry at index and returns its result.
@@ -65,7 +67,7 @@ func (s *state) apply(index uint64, r *Request) *Result {
 	res.Index = index
 	if r.ID != "" && !r.DryRun {
 		enc := EncodeResult(res)
-		if len(enc) > maxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.level() >= LevelBoundedResults {
+		if len(enc) > MaxRememberedResult && r.Kind == KindTxn && res.Err == nil && s.rules.boundedResults {
 			// A snapshot keeps results of up to 1 MiB, and a retry must get
 			// the whole first answer: a transaction whose answer is larger
 			// (4,096 values with long owners) is undone and refused. Below
@@ -74,10 +76,10 @@ func (s *state) apply(index uint64, r *Request) *Result {
 			revertOps(res.done)
 			res = &Result{Index: index, Err: errorf(CodeInvalidArgument,
 				"the answer to this request is %d bytes, more than the %d a cluster remembers for a retry: allocate fewer values per request, or use shorter owners",
-				len(enc), maxRememberedResult)}
+				len(enc), MaxRememberedResult)}
 			enc = EncodeResult(res)
 		}
-		if len(enc) > maxRememberedResult {
+		if len(enc) > MaxRememberedResult {
 			// A reconcile's findings can outgrow what a snapshot keeps of
 			// one result; a retry then gets the result without them.
 			trimmed := *res
@@ -105,7 +107,7 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		// level 2 and levels never fall, so no log holds one below it:
 		// this refusal changes no replica's state, it keeps the state
 		// machine from ever holding what it cannot snapshot.
-		if r.Kind == KindSetMemberNonvoter && s.level() < KindLevel(KindSetMemberNonvoter) {
+		if r.Kind == KindSetMemberNonvoter && !s.rules.nonvoterMembers {
 			return &Result{Err: errorf(CodeInvalidArgument, "a member kept a non-voter needs feature level %d; the cluster is at %d",
 				KindLevel(KindSetMemberNonvoter), s.level())}
 		}
@@ -132,7 +134,7 @@ func (s *state) execute(index uint64, r *Request) *Result {
 		// Leaders propose it only from its level, and levels never fall,
 		// so no log holds one below it; this refusal keeps a replica from
 		// applying what a node of the previous release could not.
-		if s.level() < KindLevel(KindPutServiceV2) {
+		if !s.rules.putServiceV2 {
 			return &Result{Err: errorf(CodeInvalidArgument, "%s needs feature level %d; the cluster is at %d",
 				KindPutServiceV2, KindLevel(KindPutServiceV2), s.level())}
 		}
@@ -217,10 +219,10 @@ func (s *state) deletePool(name string) *Result {
 	if !ok {
 		return &Result{Err: errorf(CodePoolNotFound, "pool %q not found", name)}
 	}
-	if used := p.p.Bitmap().Used(); used > 0 {
+	if used := p.p.Used(); used > 0 {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q holds %d allocations", name, used)}
 	}
-	if what := s.network.names(name); what != "" && s.level() >= levelNetworkPoolsKept {
+	if what := s.network.names(name); what != "" && s.rules.networkPoolsKept {
 		return &Result{Err: errorf(CodePoolNotEmpty, "pool %q is the service network's %s pool: point the network at another pool first (PUT /v1/service-network)", name, what)}
 	}
 	delete(s.pools, name)
@@ -283,19 +285,15 @@ type opDone struct {
 func revertOps(done []opDone) {
 	for i := len(done) - 1; i >= 0; i-- {
 		d := &done[i]
-		b := d.p.p.Bitmap()
 		switch {
 		case d.rel:
-			b.Allocate(d.off)
-			d.p.recs.set(d.off, d.rec)
+			d.p.putBack(d.off, d.rec)
 		case d.offs != nil:
 			for j := len(d.offs) - 1; j >= 0; j-- {
-				b.Release(d.offs[j])
-				d.p.recs.set(d.offs[j], record{})
+				d.p.free(d.offs[j])
 			}
 		default:
-			b.Release(d.off)
-			d.p.recs.set(d.off, record{})
+			d.p.free(d.off)
 		}
 	}
 }
@@ -316,7 +314,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 		if err != nil {
 			return err
 		}
-		if !p.p.Bitmap().Has(off) {
+		if !p.p.HasOffset(off) {
 			return errorf(CodeNotAllocated, "%s is not allocated in pool %q", op.Value, op.Pool)
 		}
 		rec := p.recs.get(off)
@@ -331,8 +329,7 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 			}
 			s.freed = index // not undone with a failed transaction: it only makes repairs more careful
 		}
-		p.p.Bitmap().Release(off)
-		p.recs.set(off, record{})
+		p.free(off)
 		*done = opDone{p: p, rec: rec, rel: true, off: off, value: op.Value}
 		return nil
 	}
@@ -341,23 +338,19 @@ func (s *state) op(index uint64, op *Op, rnd *uint64, done *opDone) *Error {
 		if err != nil {
 			return err
 		}
-		if !p.p.Bitmap().Allocate(off) {
-			return &Error{Code: CodeAlreadyAllocated, Message: allocator.AllocatedError(p.p.Range().Kind()).Error(),
-				Op: -1, Owner: p.recs.get(off).owner}
+		if err := p.allocate(off); err != nil {
+			return err
 		}
 		*done = opDone{p: p, rec: p.take(off, op.Owner, true, index), off: off, value: op.Value}
 		return nil
 	}
-	n := max(op.Count, 1)
-	if p.p.Bitmap().Free() < n {
-		return errorf(CodeRangeFull, "%s", allocator.ErrFull.Error())
+	offs, err := p.p.AllocateNextN(max(op.Count, 1), func() uint64 { return splitmix64(rnd) })
+	if err != nil {
+		return allocError(err)
 	}
-	offs := make([]int, n)
 	var rec record
-	for i := range offs {
-		off, _ := p.p.Bitmap().AllocateNext(splitmix64(rnd))
+	for _, off := range offs {
 		rec = p.take(off, op.Owner, false, index)
-		offs[i] = off
 	}
 	*done = opDone{p: p, rec: rec, offs: offs}
 	return nil

@@ -74,7 +74,7 @@ func (n *Node) checkResultSize(ops []fsm.Op) error {
 	if n.fsm.FeatureLevel() >= fsm.LevelBoundedResults {
 		return nil
 	}
-	const longestValue, perValue, limit = 39, 16, 1 << 20
+	const longestValue, perValue, limit = 39, 16, fsm.MaxRememberedResult
 	size := 32
 	for _, op := range ops {
 		owner := len(op.Owner)

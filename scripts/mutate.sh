@@ -54,11 +54,11 @@ founding-counts-offer-without-candidate | node/membership.go | s{case r\.reply\.
 founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.offerCandidate\(c\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
 lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
 lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase n.ClusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
-network-pool-deletable | fsm/state.go | s{what != "" && s\.level\(\) >= levelNetworkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
+network-pool-deletable | fsm/state.go | s{what != "" && s\.rules\.networkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
 snapshot-needs-network-pools | fsm/snapshot.go | s{if err := checkNetworkShape\(n\); err != nil \{}{if err := s.checkNetwork(n); err != nil \{} | ./node/ | ^TestRestartAfterNetworkPoolDeleted$
-nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && s\.level\(\)}{if false && s.level()} | ./fsm/ | ^TestNonvoterNeedsLevel2$
-repair-compares-strings | fsm/reconcile.go | s{if s\.level\(\) >= levelRepairByOffset && holds}{if false && holds} | ./fsm/ | ^TestRepairKeepsAValueSpelledAnotherWay$
-delete-service-needs-network | fsm/services.go | s{if s\.level\(\) < levelReleaseWithoutNetwork \{}{if true \{} | ./fsm/ | ^TestDeleteServiceWithoutANetworkPool$
+nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && !s\.rules\.nonvoterMembers}{if false && !s.rules.nonvoterMembers} | ./fsm/ | ^TestNonvoterNeedsLevel2$
+repair-compares-strings | fsm/reconcile.go | s{if s\.rules\.repairByOffset && holds}{if false && holds} | ./fsm/ | ^TestRepairKeepsAValueSpelledAnotherWay$
+delete-service-needs-network | fsm/services.go | s{if !s\.rules\.releaseWithoutNetwork \{}{if true \{} | ./fsm/ | ^TestDeleteServiceWithoutANetworkPool$
 healthcheck-invalid-argument | fsm/services.go | s{\t\t\tcode = CodeInvalid\n}{\t\t\tcode = CodeInvalidArgument\n} | ./fsm/ | ^TestHealthCheckNodePortOutOfRangeIsInvalid$
 backups-before-log-applied | node/backup.go | s{if applied := n\.fsm\.AppliedIndex\(\); applied < floor \{}{if applied := n.fsm.AppliedIndex(); false && applied < floor \{} | ./test/ | ^TestScheduledBackupsWaitAfterRestart$
 restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)\n\tif err := n\.wait\(n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\)}{term := n.raft.CurrentTerm()\n\tif err := n.wait(n.raft.Barrier(0))} | ./test/ | ^TestReadyAfterRepeatedRestore$
@@ -66,7 +66,7 @@ founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remov
 founding-marker-kept | node/node.go | s{if err := durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
 join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
 forward-sends-abandoned | node/fwdbatch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/ | ^TestAbandonedBeforeSendIsNotSent$
-large-result-applied | fsm/state.go | s{len\(enc\) > maxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
+large-result-applied | fsm/state.go | s{len\(enc\) > MaxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
 large-result-proposed | node/write.go | s{if size > limit \{}{if false \{} | ./node/ | ^TestLargeAnswerKeepsSnapshots$
 request-bytes-shared | fsm/requests.go | s{if t\.byClass \{\n\t\tfor c, limit}{if false \{\n\t\tfor c, limit} | ./fsm/ | ^TestKeyedResultsOutliveLargeDrawnOnes$
 cross-site-write-served | api/auth.go | s{\t\tif why == "" \{\n\t\t\twhy = crossSiteWrite\(r\)\n\t\t\}\n}{} | ./api/ | ^TestGuardCrossSiteWrite$

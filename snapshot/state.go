@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/bits"
+
+	"github.com/rangealloc/rangealloc/internal/limits"
 )
 
 // State is everything a snapshot holds: the plain types the state machine
@@ -122,20 +124,21 @@ const (
 )
 
 // Limits on every length Read accepts, in bytes. Read checks a length
-// against its limit before it allocates for it.
+// against its limit before it allocates for it. Those the state machine
+// checks too are defined once, in package limits.
 const (
-	maxName     = 63
-	maxRange    = 64
-	maxData     = 1<<17 + 1 // 2^20 bits, plus one leading zero byte
-	maxOwner    = 253
-	maxReqID    = 128
-	maxResult   = 1 << 20
-	maxMemberID = 128
-	maxAddr     = 256
-	maxCluster  = 64
-	maxSvcKey   = 127 // a 63-byte namespace, "/", a 63-byte name
+	maxName     = limits.MaxPoolName
+	maxRange    = limits.MaxRangeLen
+	maxData     = 1<<limits.MaxHostBits/8 + 1 // 2^20 bits, plus one leading zero byte
+	maxOwner    = limits.MaxOwnerLen
+	maxReqID    = limits.MaxRequestID
+	maxResult   = limits.MaxRememberedResult
+	maxMemberID = limits.MaxMemberID
+	maxAddr     = limits.MaxAddressLen
+	maxCluster  = limits.MaxClusterID
+	maxSvcKey   = limits.MaxServiceKey // a 63-byte namespace, "/", a 63-byte name
 	maxSpec     = 1 << 20
-	maxFamilies = 2
+	maxFamilies = limits.MaxFamilies
 	maxFeature  = 1 << 16
 	// maxPrealloc is the first capacity of a slice whose length was read
 	// off the stream; it grows from there as elements arrive.

@@ -6,14 +6,16 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/rangealloc/rangealloc/internal/limits"
 )
 
 // ProtocolVersion is the version of the node-to-node protocol this build
 // speaks: the handshake, Raft's messages and the forwarding RPC.
 const ProtocolVersion = 1
 
-// maxClusterID bounds a cluster ID in the handshake.
-const maxClusterID = 64
+// maxClusterID bounds a cluster ID in the handshake (its length is one byte).
+const maxClusterID = limits.MaxClusterID
 
 // ErrHandshake is returned by a dial whose handshake failed: the peer
 // belongs to another cluster, speaks another protocol version, or closed
