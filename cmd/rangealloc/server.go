@@ -241,19 +241,73 @@ func parsePeers(s string) ([]node.Peer, error) {
 	return out, nil
 }
 
-func runServer(ctx context.Context, f *serverFlags) error {
+// check checks the flags that need nothing loaded, and returns the log
+// level.
+func (f *serverFlags) check() (hclog.Level, error) {
 	level := hclog.LevelFromString(f.logLevel)
 	if level == hclog.NoLevel {
-		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", f.logLevel)
+		return hclog.NoLevel, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", f.logLevel)
 	}
 	if f.requestTimeout <= 0 {
-		return fmt.Errorf("--request-timeout %s: want a positive duration, such as 5s", f.requestTimeout)
+		return hclog.NoLevel, fmt.Errorf("--request-timeout %s: want a positive duration, such as 5s", f.requestTimeout)
 	}
 	if err := f.checkBackup(); err != nil {
-		return err
+		return hclog.NoLevel, err
 	}
 	if f.logStore != "" && f.logStore != node.LogStoreBolt && f.logStore != node.LogStoreWAL {
-		return fmt.Errorf("--log-store %q: want %q or %q", f.logStore, node.LogStoreBolt, node.LogStoreWAL)
+		return hclog.NoLevel, fmt.Errorf("--log-store %q: want %q or %q", f.logStore, node.LogStoreBolt, node.LogStoreWAL)
+	}
+	return level, nil
+}
+
+// nodeConfig is the node's configuration from the flags, the loaded
+// security files, the peers and the pools.
+func (f *serverFlags) nodeConfig(sec *security, logger hclog.Logger, peers []node.Peer, pools []node.PoolSpec, advHTTP string) (node.Config, error) {
+	cfg := f.tuning
+	id, err := sec.id(f.id)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
+	cfg.LogStore = f.logStore
+	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
+	cfg.ServiceNetwork = serviceNetwork(pools)
+	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
+	if cfg.RestoreFrom != "" && (f.peers != "" || f.join != "") {
+		return cfg, fmt.Errorf("--restore-from is for a node that founds a cluster alone, not with --peers or --join: " +
+			"found a cluster of several from a backup on one node alone, then start the others with --join")
+	}
+	if cfg.FoundEmpty && f.join != "" {
+		return cfg, fmt.Errorf("--found-empty is for a node that founds a cluster (alone or with --peers): a node that joins with --join founds nothing")
+	}
+	if cfg.RestoreFrom != "" && cfg.FoundEmpty {
+		return cfg, fmt.Errorf("--restore-from and --found-empty exclude each other: found from a backup, or empty")
+	}
+	if cfg.Nonvoter && f.join == "" {
+		return cfg, fmt.Errorf("--non-voter: only a node that joins with --join can stay a non-voter")
+	}
+	if cfg.CleanupDeadAfter < 0 || (cfg.CleanupDeadAfter > 0 && cfg.CleanupDeadAfter < 10*time.Second) {
+		return cfg, fmt.Errorf("--cleanup-dead-after %s: want 0 (never) or at least 10s, well beyond a restart", cfg.CleanupDeadAfter)
+	}
+	if f.join != "" {
+		// The member's API is asked with --cacert/--cert/--key, or else
+		// this node's own --tls-* files (certs init makes one CA for both).
+		hc, err := f.g.httpClient(5*time.Second, 2, certs.Paths{Cert: f.sec.tlsCert, Key: f.sec.tlsKey, CA: f.sec.tlsCA})
+		if err != nil {
+			return cfg, err
+		}
+		// Read only when the node must join: a node with state starts
+		// while the member --join names is down.
+		c := f.g.clientOf(f.join, hc)
+		cfg.JoinVia = func(ctx context.Context) ([]string, error) { return joinTargets(ctx, c, f.join) }
+	}
+	return cfg, nil
+}
+
+func runServer(ctx context.Context, f *serverFlags) error {
+	level, err := f.check()
+	if err != nil {
+		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "rangealloc", Level: level, JSONFormat: f.logJSON, Output: os.Stderr})
 	open, err := f.sec.check(f.httpAddr, f.raftAddr)
@@ -286,43 +340,9 @@ func runServer(ctx context.Context, f *serverFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg := f.tuning
-	id, err := sec.id(f.id)
+	cfg, err := f.nodeConfig(sec, logger, peers, pools, advHTTP)
 	if err != nil {
 		return err
-	}
-	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseRaft, cfg.APIAddr = id, f.dataDir, f.raftAddr, f.advRaft, advHTTP
-	cfg.LogStore = f.logStore
-	cfg.Peers, cfg.Pools, cfg.Logger = peers, pools, logger
-	cfg.ServiceNetwork = serviceNetwork(pools)
-	cfg.ServerTLS, cfg.ClientTLS = sec.nodeServer, sec.nodeClient
-	if cfg.RestoreFrom != "" && (f.peers != "" || f.join != "") {
-		return fmt.Errorf("--restore-from is for a node that founds a cluster alone, not with --peers or --join: " +
-			"found a cluster of several from a backup on one node alone, then start the others with --join")
-	}
-	if cfg.FoundEmpty && f.join != "" {
-		return fmt.Errorf("--found-empty is for a node that founds a cluster (alone or with --peers): a node that joins with --join founds nothing")
-	}
-	if cfg.RestoreFrom != "" && cfg.FoundEmpty {
-		return fmt.Errorf("--restore-from and --found-empty exclude each other: found from a backup, or empty")
-	}
-	if cfg.Nonvoter && f.join == "" {
-		return fmt.Errorf("--non-voter: only a node that joins with --join can stay a non-voter")
-	}
-	if cfg.CleanupDeadAfter < 0 || (cfg.CleanupDeadAfter > 0 && cfg.CleanupDeadAfter < 10*time.Second) {
-		return fmt.Errorf("--cleanup-dead-after %s: want 0 (never) or at least 10s, well beyond a restart", cfg.CleanupDeadAfter)
-	}
-	if f.join != "" {
-		// The member's API is asked with --cacert/--cert/--key, or else
-		// this node's own --tls-* files (certs init makes one CA for both).
-		hc, err := f.g.httpClient(5*time.Second, 2, certs.Paths{Cert: f.sec.tlsCert, Key: f.sec.tlsKey, CA: f.sec.tlsCA})
-		if err != nil {
-			return err
-		}
-		// Read only when the node must join: a node with state starts
-		// while the member --join names is down.
-		c := f.g.clientOf(f.join, hc)
-		cfg.JoinVia = func(ctx context.Context) ([]string, error) { return joinTargets(ctx, c, f.join) }
 	}
 	metrics := api.NewMetrics()
 	cfg.OnApply, cfg.OnCommit = metrics.ObserveApply, metrics.ObserveCommit
