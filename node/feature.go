@@ -116,7 +116,7 @@ func (n *Node) planRaise(ctx context.Context) (cur, target int, err error) {
 	if err != nil {
 		return cur, cur, err
 	}
-	if target <= cur && cur < n.maxFeatureLevel() {
+	if target <= cur && cur < n.cfg.maxFeatureLevel() {
 		return cur, cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
 			"the cluster stays at feature level %d: members %s support no higher level; upgrade them first", cur, strings.Join(behind, ", "))}
 	}
@@ -158,7 +158,7 @@ func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
 			peers = append(peers, Peer{ID: string(s.ID), RaftAddr: string(s.Address)})
 		}
 	}
-	level := n.maxFeatureLevel()
+	level := n.cfg.maxFeatureLevel()
 	var behind, silent []string
 	for _, r := range n.probeAll(ctx, peers) {
 		switch {
@@ -168,7 +168,7 @@ func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
 			silent = append(silent, fmt.Sprintf("%s (the node at %s is %q)", r.peer.ID, r.peer.RaftAddr, r.reply.ID))
 		default:
 			l := max(1, r.reply.FeatureLevel)
-			if l < n.maxFeatureLevel() {
+			if l < n.cfg.maxFeatureLevel() {
 				behind = append(behind, fmt.Sprintf("%s (release %s, level %d)", r.peer.ID, orUnknown(r.reply.Version), l))
 			}
 			level = min(level, l)
@@ -230,8 +230,8 @@ func (n *Node) raiseOnFounding(ctx context.Context) {
 // maxFeatureLevel is the highest level this node's binary supports, as it
 // tells others: fsm.MaxFeatureLevel, unless Config.MaxFeatureLevel makes
 // it pretend to be an older release.
-func (n *Node) maxFeatureLevel() int {
-	if l := n.cfg.MaxFeatureLevel; l > 0 && l < fsm.MaxFeatureLevel {
+func (c *Config) maxFeatureLevel() int {
+	if l := c.MaxFeatureLevel; l > 0 && l < fsm.MaxFeatureLevel {
 		return l
 	}
 	return fsm.MaxFeatureLevel

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
@@ -140,12 +141,12 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 			c = &contact{since: now}
 			h.contacts[id] = c
 		}
-		if why := n.probeProblem(r); why != "" {
+		if why := d.probeProblem(r); why != "" {
 			c.why = why
 		} else {
 			c.lastOK, c.reply, c.why = now, r.reply, ""
 		}
-		n.logContact(r.peer.ID, c, now)
+		c.log(n.logger, r.peer.ID, now)
 		if c.reply != nil {
 			term := c.reply.LastTerm
 			if c.reply.Protocol < 2 {
@@ -161,13 +162,13 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 
 // probeProblem says why a probe does not count as hearing from the
 // member: "" when it does.
-func (n *Node) probeProblem(r probeResult) string {
+func (d apDelegate) probeProblem(r probeResult) string {
 	switch {
 	case r.err != nil:
 		return r.err.Error()
 	case r.reply.ID != r.peer.ID:
 		return fmt.Sprintf("the node at %s is %q", r.peer.RaftAddr, r.reply.ID)
-	case r.reply.ClusterID != n.ClusterID():
+	case r.reply.ClusterID != d.n.ClusterID():
 		return fmt.Sprintf("the node at %s is of cluster %q", r.peer.RaftAddr, r.reply.ClusterID)
 	case !r.reply.HasState:
 		return fmt.Sprintf("the node at %s holds no state", r.peer.RaftAddr)
@@ -175,9 +176,9 @@ func (n *Node) probeProblem(r probeResult) string {
 	return ""
 }
 
-// logContact says once when a member becomes unreachable and once when it
-// is back, instead of Raft's error per failed heartbeat.
-func (n *Node) logContact(id string, c *contact, now time.Time) {
+// log says once when member id becomes unreachable and once when it is
+// back, instead of Raft's error per failed heartbeat.
+func (c *contact) log(logger hclog.Logger, id string, now time.Time) {
 	last := c.lastOK
 	if last.IsZero() {
 		last = c.since
@@ -185,10 +186,10 @@ func (n *Node) logContact(id string, c *contact, now time.Time) {
 	switch gone := now.Sub(last); {
 	case !c.down && gone > healthThreshold:
 		c.down = true
-		n.logger.Warn("member unreachable", "member", id, "for", gone.Round(time.Second), "error", c.why)
+		logger.Warn("member unreachable", "member", id, "for", gone.Round(time.Second), "error", c.why)
 	case c.down && gone <= healthThreshold:
 		c.down = false
-		n.logger.Info("member reachable again", "member", id)
+		logger.Info("member reachable again", "member", id)
 	}
 }
 

@@ -324,7 +324,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 		}
 	}
 	r.HasState = !n.life.starting() && (r.LastIndex > 0 || len(r.Voters) > 0)
-	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.maxFeatureLevel()
+	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.cfg.maxFeatureLevel()
 	r.ClusterLevel = n.fsm.FeatureLevel()
 	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
 	n.disk.fillProbe(r)
