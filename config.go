@@ -60,9 +60,11 @@ type Config struct {
 // Advanced is the tuning of a node. DefaultConfig fills it in; a zero
 // field left in it takes the default too.
 type Advanced struct {
-	// LogStore is the Raft log store: "bolt" (the default, a bbolt file)
-	// or "wal" (an append-only log, one fsync per write). A data
-	// directory keeps the store it was created with.
+	// LogStore is the Raft log store of a new data directory: "bolt" (a
+	// bbolt file, the default) or "wal" (an append-only log, one fsync
+	// per write). Empty: the one the directory records, or bolt. A data
+	// directory keeps the store it was created with; naming another is
+	// refused.
 	LogStore string
 	// HeartbeatTimeout and ElectionTimeout bound how long followers wait
 	// for a leader before they elect another. Default 1s each.
@@ -78,13 +80,15 @@ type Advanced struct {
 	// Default 10240.
 	TrailingLogs uint64
 	// MinFreeDisk is the free space, in bytes, below which the node
-	// refuses writes with ErrInsufficientStorage. Default 256 MiB.
+	// refuses writes with ErrInsufficientStorage. Default 256 MiB; 0
+	// takes the default (the floor cannot be turned off here).
 	MinFreeDisk uint64
 	// DiskStallTimeout is how long a write to the Raft log may take before
 	// the node calls its disk stalled and stops speaking for it, so that
 	// the others elect a leader with a working disk. Default 2s.
 	DiskStallTimeout time.Duration
 	// Nonvoter, with Join, keeps this node a non-voter: a read replica.
+	// Without Join it is refused.
 	Nonvoter bool
 	// BackupDir, when set, receives a verified backup every
 	// BackupInterval (default 1h); the newest BackupRetain (default 24)
@@ -127,7 +131,6 @@ func DefaultConfig() Config {
 			NodePortPool: "nodeport",
 		},
 		Advanced: Advanced{
-			LogStore:           "bolt",
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
 			LeaderLeaseTimeout: 500 * time.Millisecond,

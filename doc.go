@@ -41,6 +41,10 @@
 // Every failure is an *Error with a code; match it with errors.Is and a
 // sentinel such as ErrRangeFull.
 //
+// A call retries while the cluster has no leader, until its context ends.
+// Give every call a context with a deadline; the HTTP server gives each
+// request 5 seconds.
+//
 // # Clusters
 //
 // A node whose data directory is new founds a cluster of one, founds one

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,8 +26,9 @@ import (
 // serves every call itself when it leads, and forwards it to the leader
 // otherwise. Open starts one; Close stops it.
 type Node struct {
-	n   *node.Node
-	log hclog.Logger
+	n      *node.Node
+	log    hclog.Logger
+	closed atomic.Bool
 }
 
 var _ Allocator = (*Node)(nil)
@@ -44,7 +48,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n, err := node.Open(ctx, nc)
 	switch {
-	case errors.Is(err, node.ErrStorage), errors.Is(err, node.ErrLostBesideBackups), errors.Is(err, node.ErrLogStoreMismatch):
+	case errors.Is(err, node.ErrLogStoreMismatch):
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	case errors.Is(err, node.ErrStorage), errors.Is(err, node.ErrLostBesideBackups):
 		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
 	case err != nil:
 		return nil, fmt.Errorf("rangealloc: open %s: %w", cfg.DataDir, err)
@@ -52,9 +58,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return &Node{n: n, log: nc.Logger.Named("api")}, nil
 }
 
-// node turns the public config into the node's.
+// node turns the public config into the node's, and checks what only the
+// public config can get wrong.
 func (cfg Config) node() (node.Config, error) {
 	nc := node.DefaultConfig()
+	if cfg.Advanced.Nonvoter && len(cfg.Join) == 0 {
+		return nc, errors.New("Advanced.Nonvoter: only a node that joins (Join) can stay a non-voter")
+	}
+	if sn := cfg.ServiceNetwork; sn != nil {
+		for _, name := range append(mapValues(sn.Pools), sn.NodePortPool) {
+			if !slices.ContainsFunc(cfg.Pools, func(p PoolSpec) bool { return p.Name == name }) && len(cfg.Join) == 0 {
+				return nc, fmt.Errorf("ServiceNetwork names pool %q, which is not one of Pools", name)
+			}
+		}
+	}
 	nc.ID, nc.DataDir, nc.RaftAddr, nc.AdvertiseRaft, nc.APIAddr = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.AdvertiseAddr, cfg.APIAddr
 	nc.Join, nc.ServerTLS, nc.ClientTLS = cfg.Join, cfg.ServerTLS, cfg.ClientTLS
 	for _, p := range cfg.Peers {
@@ -111,6 +128,16 @@ func (n *Node) Handler() http.Handler {
 	return api.NewServer(n.n, api.Options{Logger: n.log})
 }
 
+// mapValues returns m's values in key order.
+func mapValues(m map[string]string) []string {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m[k])
+	}
+	return out
+}
+
 // ID is the node's ID.
 func (n *Node) ID() string { return n.n.ID() }
 
@@ -130,6 +157,9 @@ func (n *Node) Ready(ctx context.Context) error {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
 	for {
+		if n.closed.Load() {
+			return types.NewError(types.CodeUnavailable, "not ready: the node is closed", nil, nil)
+		}
 		r := n.n.Readiness()
 		if r.Ready {
 			return nil
@@ -144,7 +174,10 @@ func (n *Node) Ready(ctx context.Context) error {
 
 // Close stops the node. A leader hands leadership to another voter first,
 // so that the cluster does not wait out an election.
-func (n *Node) Close() error { return n.n.Close() }
+func (n *Node) Close() error {
+	n.closed.Store(true)
+	return n.n.Close()
+}
 
 // fail turns the node's error into the public one; nil stays nil.
 func fail(err error) error { return failOp(err, false) }

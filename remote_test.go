@@ -154,3 +154,23 @@ func TestGoDocShowsNoInternalType(t *testing.T) {
 	internal := regexp.MustCompile(`\b(fsm|service|node|allocator|snapshot|transport)\.[A-Z]\w*`)
 	require.Empty(t, internal.FindAllString(string(out), -1), "go doc -all . names types of internal packages")
 }
+
+// TestRemoteUnreachable: a node the client cannot reach answers Unavailable;
+// for a write, an unknown outcome with the key to retry under, as a node
+// in process answers a write whose answer it lost.
+func TestRemoteUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := client.NewRemote("http://127.0.0.1:1", nil)
+	_, err := r.Allocate(ctx, "nodeport", "", "default/web")
+	require.ErrorIs(t, err, rangealloc.ErrOutcomeUnknown)
+	var e *rangealloc.Error
+	require.ErrorAs(t, err, &e)
+	require.NotEmpty(t, e.Details["idempotencyKey"], "the key drawn for the write")
+	_, err = r.Allocate(ctx, "nodeport", "", "default/web", rangealloc.WithIdempotencyKey("web-port"))
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "web-port", e.Details["idempotencyKey"], "the caller's key")
+	_, err = r.Get(ctx, "nodeport", "30000")
+	require.ErrorIs(t, err, rangealloc.ErrUnavailable)
+	require.NotErrorIs(t, err, rangealloc.ErrOutcomeUnknown, "a read applies nothing")
+}

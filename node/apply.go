@@ -60,7 +60,9 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		},
 		local: func(ctx context.Context) (*fsm.Result, bool, error) { return applied(n.propose(ctx, req)) },
 		remote: func(ctx context.Context, addr string) (*fsm.Result, bool, error) {
-			return applied(n.forwardSubmit(ctx, addr, req))
+			o := n.forwardSubmit(ctx, addr, req)
+			o.err = refusedForwarding(o.err)
+			return applied(o)
 		},
 		// A refusal decided without the request table (a node low on
 		// disk, a level not reached, a forwarding refused) cannot say
@@ -75,6 +77,18 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 			return nil
 		},
 	})
+}
+
+// refusedForwarding keeps a leader's refusal of a forwarded call (a
+// sender not a member, a protocol or level it cannot serve) from reading
+// as the call's own answer: the call retries, as leadership may move to a
+// node that serves it. Domain answers travel in the result, not here.
+func refusedForwarding(err error) error {
+	var fe *fsm.Error
+	if errors.As(err, &fe) {
+		return fmt.Errorf("the leader refused the forwarded call: %v", err)
+	}
+	return err
 }
 
 // drawRequestID is the request ID of a write or restore that came without

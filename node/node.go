@@ -81,6 +81,9 @@ type Node struct {
 	establishOnce sync.Once
 	// life is the node's start-up phase (phase.go).
 	life lifecycle
+	// foundingRestore: this node founds its cluster from a backup, or
+	// finishes doing so. Set before any goroutine starts.
+	foundingRestore atomic.Bool
 	// candidate is the cluster ID this founder offers its peers (a string).
 	candidate atomic.Value
 	// clusterID is the cluster's ID (a string), "" until learned; the
@@ -207,6 +210,7 @@ func (n *Node) openDataDir() (disk storage.State, foundFrom *fsm.Backup, adv *ne
 	if err != nil {
 		return disk, nil, nil, err
 	}
+	n.foundingRestore.Store(foundFrom != nil)
 	// The phase's first move: a node with state serves, or finishes the
 	// founding restore it was stopped in.
 	if disk.HasState && foundFrom != nil {

@@ -36,8 +36,9 @@ const (
 	// state, and this node offers its candidate cluster ID (the candidate
 	// is stored before the phase moves, see offerCandidate).
 	phaseOffering
-	// phaseRestoring: a member founding its cluster from a backup. It
-	// turns every forwarded call away until the restore is done: the
+	// phaseRestoring: a member founding its cluster from a backup. A
+	// founder from a backup turns every forwarded call away until the
+	// restore is done, from before it founds (Node.foundingRestore): the
 	// restore would replace what was written or read before it.
 	phaseRestoring
 	// phaseServing: a member that serves.

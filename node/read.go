@@ -68,7 +68,7 @@ func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 		},
 		remote: func(ctx context.Context, addr string) (*readReply, bool, error) {
 			r, err := n.forwardRead(ctx, addr, args)
-			return r, false, err
+			return r, false, refusedForwarding(err)
 		},
 	})
 }

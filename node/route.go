@@ -50,10 +50,13 @@ func classify(err error, maybe, unknownSoFar bool) verdict {
 	var (
 		fe  *fsm.Error
 		fin *finalError
+		ue  *UnknownOutcomeError
 	)
 	switch {
 	case err == nil, errors.As(err, &fe), errors.Is(err, ErrInvalidBackup):
 		return done // an answer, or a refusal decided on the leader
+	case errors.As(err, &ue):
+		return done // a call below this one already retried: its verdict stands
 	case errors.Is(err, ErrClosed), errors.Is(err, raft.ErrRaftShutdown):
 		return stop
 	case maybe:

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rangealloc/rangealloc/api/types"
 )
 
@@ -62,44 +63,74 @@ func (r *Remote) Close() error {
 	return nil
 }
 
-// options turns call options into the client's.
+// options turns a read's call options into the client's.
 func options(opts []types.CallOption) Options {
 	o := types.Resolve(opts)
 	return Options{IdempotencyKey: o.IdempotencyKey, Consistency: string(o.Consistency)}
 }
 
-// remoteErr turns an error answer into a *types.Error that unwraps to the
-// *Error; a failure to reach the node stays as it is.
-func remoteErr(err error) error {
-	var e *Error
-	if errors.As(err, &e) {
-		return types.NewError(e.Code, e.Message, e.Details, e)
+// writeOptions turns a write's call options into the client's. A write
+// without an idempotency key gets one drawn here, as a node in process
+// draws one: if the answer is lost on the way back, the caller can retry
+// under it (remoteErr puts it in the error's details).
+func writeOptions(opts []types.CallOption) Options {
+	o := options(opts)
+	if o.IdempotencyKey == "" {
+		o.IdempotencyKey = drawnKeyPrefix + uuid.NewString()
 	}
-	return err
+	return o
+}
+
+// drawnKeyPrefix marks the keys a caller did not choose, as a node marks
+// the request IDs it draws: the cluster counts them apart from keyed ones.
+const drawnKeyPrefix = "rangealloc:"
+
+// remoteErr turns an error answer into a *types.Error that unwraps to the
+// *Error. A failure to reach the node, or to hear its answer, is
+// Unavailable; for a write (key set) it is an unknown outcome, with the
+// key to retry under, since the node may have applied it.
+func remoteErr(err error) error { return remoteWriteErr(err, "") }
+
+func remoteWriteErr(err error, key string) error {
+	var e *Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return types.NewError(e.Code, e.Message, e.Details, e)
+	case key != "":
+		return types.NewError(types.CodeUnavailable, "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key: "+err.Error(),
+			map[string]any{"idempotencyKey": key, "cause": err.Error()}, err)
+	}
+	return types.NewError(types.CodeUnavailable, err.Error(), nil, err)
 }
 
 // Allocate gives value in pool to owner; an empty value takes a free one.
 func (r *Remote) Allocate(ctx context.Context, pool, value, owner string, opts ...types.CallOption) (types.Allocation, error) {
-	a, _, err := r.c.Allocate(ctx, pool, value, owner, options(opts))
-	return a, remoteErr(err)
+	o := writeOptions(opts)
+	a, _, err := r.c.Allocate(ctx, pool, value, owner, o)
+	return a, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // AllocateN gives count free values of pool to owner, all or none.
 func (r *Remote) AllocateN(ctx context.Context, pool, owner string, count int, opts ...types.CallOption) ([]types.Allocation, error) {
-	as, _, err := r.c.AllocateCount(ctx, pool, owner, count, options(opts))
-	return as, remoteErr(err)
+	o := writeOptions(opts)
+	as, _, err := r.c.AllocateCount(ctx, pool, owner, count, o)
+	return as, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // Release frees value in pool; a non-empty owner must be the holder.
 func (r *Remote) Release(ctx context.Context, pool, value, owner string, opts ...types.CallOption) error {
-	_, err := r.c.Release(ctx, pool, value, owner, options(opts))
-	return remoteErr(err)
+	o := writeOptions(opts)
+	_, err := r.c.Release(ctx, pool, value, owner, o)
+	return remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // Txn applies ops all or none.
 func (r *Remote) Txn(ctx context.Context, ops []types.TxnOp, opts ...types.CallOption) ([]types.Allocation, error) {
-	as, err := r.c.Txn(ctx, ops, options(opts))
-	return as, remoteErr(err)
+	o := writeOptions(opts)
+	as, err := r.c.Txn(ctx, ops, o)
+	return as, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // Get reads the allocation of value in pool.
@@ -128,30 +159,34 @@ func (r *Remote) Pool(ctx context.Context, name string, opts ...types.CallOption
 
 // CreatePool creates a pool over rng; again with the same range is a no-op.
 func (r *Remote) CreatePool(ctx context.Context, name, rng string, opts ...types.CallOption) (types.Pool, error) {
-	p, _, err := r.c.CreatePool(ctx, name, rng, options(opts))
-	return p, remoteErr(err)
+	o := writeOptions(opts)
+	p, _, err := r.c.CreatePool(ctx, name, rng, o)
+	return p, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // DeletePool deletes an empty pool.
 func (r *Remote) DeletePool(ctx context.Context, name string, opts ...types.CallOption) error {
-	return remoteErr(r.c.DeletePool(ctx, name, options(opts)))
+	o := writeOptions(opts)
+	return remoteWriteErr(r.c.DeletePool(ctx, name, o), o.IdempotencyKey)
 }
 
 // serviceOptions turns call options into a Service write's.
 func serviceOptions(opts []types.CallOption) ServiceOptions {
-	return ServiceOptions{Options: options(opts), DryRun: types.Resolve(opts).DryRun}
+	return ServiceOptions{Options: writeOptions(opts), DryRun: types.Resolve(opts).DryRun}
 }
 
 // PutService creates or updates a Service.
 func (r *Remote) PutService(ctx context.Context, svc types.Service, opts ...types.CallOption) (types.Service, error) {
-	out, _, err := r.c.PutService(ctx, svc, serviceOptions(opts))
-	return out, remoteErr(err)
+	o := serviceOptions(opts)
+	out, _, err := r.c.PutService(ctx, svc, o)
+	return out, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // DeleteService deletes a Service and answers it as it was.
 func (r *Remote) DeleteService(ctx context.Context, namespace, name string, opts ...types.CallOption) (types.Service, error) {
-	out, err := r.c.DeleteService(ctx, namespace, name, serviceOptions(opts))
-	return out, remoteErr(err)
+	o := serviceOptions(opts)
+	out, err := r.c.DeleteService(ctx, namespace, name, o)
+	return out, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // Service reads one Service.
@@ -174,8 +209,9 @@ func (r *Remote) ServiceNetwork(ctx context.Context, opts ...types.CallOption) (
 
 // SetServiceNetwork sets the service network.
 func (r *Remote) SetServiceNetwork(ctx context.Context, sn types.ServiceNetwork, opts ...types.CallOption) (types.ServiceNetwork, error) {
-	out, err := r.c.SetServiceNetwork(ctx, sn, options(opts))
-	return out, remoteErr(err)
+	o := writeOptions(opts)
+	out, err := r.c.SetServiceNetwork(ctx, sn, o)
+	return out, remoteWriteErr(err, o.IdempotencyKey)
 }
 
 // Cluster reads the members and the leader, as the node sees them.
@@ -192,7 +228,8 @@ func (r *Remote) AddMember(ctx context.Context, m types.MemberRequest) error {
 
 // RemoveMember removes a member from the cluster.
 func (r *Remote) RemoveMember(ctx context.Context, id string, opts ...types.CallOption) error {
-	return remoteErr(r.c.RemoveMemberWith(ctx, id, options(opts)))
+	o := writeOptions(opts)
+	return remoteWriteErr(r.c.RemoveMemberWith(ctx, id, o), o.IdempotencyKey)
 }
 
 // Backup writes a copy of the whole state to w.
@@ -211,5 +248,6 @@ func (r *Remote) Restore(ctx context.Context, rd io.Reader, opts ...types.CallOp
 	if err != nil {
 		return err
 	}
-	return remoteErr(r.c.RestoreWith(ctx, b, options(opts)))
+	o := writeOptions(opts)
+	return remoteWriteErr(r.c.RestoreWith(ctx, b, o), o.IdempotencyKey)
 }

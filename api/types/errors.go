@@ -72,7 +72,7 @@ func (e *Error) Unwrap() error { return e.cause }
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	switch {
-	case !ok:
+	case !ok || t == nil:
 		return false
 	case t == ErrOutcomeUnknown:
 		return e.Code == CodeUnavailable && e.Details["idempotencyKey"] != nil
