@@ -29,7 +29,18 @@ import (
 // binary is the rangealloc binary built once for the end-to-end tests.
 var binary string
 
+// raceExitSleep is the race detector's atexit_sleep_ms for the processes
+// the tests start: its default makes every race-built process, each CLI
+// command among them, wait 1 s before it exits, so that a race another
+// goroutine is reporting at that moment is printed whole. A tenth of that
+// is still ample for a report to finish, and a process that saw a race
+// still exits with status 66, which fails the test.
+const raceExitSleep = "atexit_sleep_ms=100"
+
 func TestMain(m *testing.M) {
+	if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(gorace+" "+raceExitSleep))
+	}
 	dir, err := os.MkdirTemp("", "rangealloc-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
