@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,12 +73,7 @@ func testE2EStorageLoss(t *testing.T, store string) {
 	f.stop(t)
 	saved := filepath.Join(t.TempDir(), "saved")
 	require.NoError(t, os.CopyFS(saved, os.DirFS(f.dir)))
-	newest := func() string {
-		snaps, err := filepath.Glob(filepath.Join(f.dir, "snapshots", "*", "state.bin"))
-		require.NoError(t, err)
-		require.NotEmpty(t, snaps)
-		return snaps[len(snaps)-1]
-	}
+	newest := func() string { return newestSnapshotState(t, f.dir) }
 	type damage struct {
 		name   string
 		damage func()
@@ -149,6 +146,36 @@ func testE2EStorageLoss(t *testing.T, store string) {
 		assert.Equal(t, owner, got.Owner)
 	}
 	sameRangeAllocation(t, ps, "nodeport")
+}
+
+// newestSnapshotState returns the state.bin of the snapshot in dataDir
+// with the highest term, index and time. Their directories are named
+// <term>-<index>-<ms>, so the last in lexical order is not the newest
+// once the index gains a digit ("2-96-…" sorts after "2-112-…").
+func newestSnapshotState(t *testing.T, dataDir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+	require.NoError(t, err)
+	var best string
+	var bestKey [3]uint64
+	for _, e := range entries {
+		parts := strings.Split(e.Name(), "-")
+		if !e.IsDir() || len(parts) != 3 {
+			continue // a snapshot being written ends in .tmp
+		}
+		var key [3]uint64
+		ok := true
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 10, 64)
+			ok = ok && err == nil
+			key[i] = v
+		}
+		if ok && (best == "" || slices.Compare(key[:], bestKey[:]) > 0) {
+			best, bestKey = e.Name(), key
+		}
+	}
+	require.NotEmpty(t, best, "a snapshot in %s", dataDir)
+	return filepath.Join(dataDir, "snapshots", best, "state.bin")
 }
 
 // TestE2EReimagedNode is the re-imaged node of an appliance: three nodes,
