@@ -65,6 +65,7 @@ func freePort(t *testing.T) string { return testaddr.Loopback(t) }
 type proc struct {
 	id, http, raft, dir string
 	args                []string
+	noEnvStore          bool // never add --log-store from $RANGEALLOC_TEST_LOG_STORE
 	cmd                 *exec.Cmd
 	log                 *bytes.Buffer
 }
@@ -73,7 +74,7 @@ func (p *proc) start(t *testing.T) {
 	t.Helper()
 	p.log = &bytes.Buffer{}
 	args := []string{"server", "--id", p.id, "--data-dir", p.dir, "--http-addr", p.http, "--raft-addr", p.raft, "--log-level", "warn"}
-	if store := os.Getenv(cluster.LogStoreEnv); store != "" && !slices.Contains(p.args, "--log-store") {
+	if store := os.Getenv(cluster.LogStoreEnv); store != "" && !p.noEnvStore && !slices.Contains(p.args, "--log-store") {
 		args = append(args, "--log-store", store)
 	}
 	p.cmd = exec.Command(binary, append(args, p.args...)...)
