@@ -45,7 +45,10 @@ func exitsRefusing(t *testing.T, p *proc, d time.Duration, want string) {
 // undone from a copy). Last, a follower whose directory was emptied
 // refuses, and the runbook (remove, empty, --join) brings it back. Every
 // acknowledged value survives, and the replicas agree.
-func TestE2EStorageLoss(t *testing.T) { forEachLogStore(t, testE2EStorageLoss) }
+func TestE2EStorageLoss(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testE2EStorageLoss)
+}
 
 func testE2EStorageLoss(t *testing.T, store string) {
 	ps := newProcsArgs(t, 3, "--log-store", store, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
@@ -182,7 +185,10 @@ func newestSnapshotState(t *testing.T, dataDir string) string {
 // B killed, 200 allocations acknowledged by the leader L and follower A,
 // L and A killed, A's data directory emptied, A and B started with their
 // usual flags. A must refuse; when L returns, all 200 values are there.
-func TestE2EReimagedNode(t *testing.T) { forEachLogStore(t, testE2EReimagedNode) }
+func TestE2EReimagedNode(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testE2EReimagedNode)
+}
 
 func testE2EReimagedNode(t *testing.T, store string) {
 	ps := newProcsArgs(t, 3, "--log-store", store)
@@ -274,6 +280,7 @@ func lastKey(m map[string]string) string {
 // with `rangealloc cluster join`, is refused with NodeNotEmpty and the
 // membership is unchanged.
 func TestE2EMistakenJoin(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	waitLeader(t, ps[0])
 	bare := newProcs(t, 1)[0] // founds a cluster of its own
@@ -302,6 +309,7 @@ func memberIDs(clusterJSON string) string {
 // TestE2EBootstrapping: a founder whose peers have not started yet serves
 // HTTP and says why it is not ready; writes get 503 NoLeader.
 func TestE2EBootstrapping(t *testing.T) {
+	t.Parallel()
 	p := &proc{id: "n1", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n1")}
 	p.args = []string{"--peers", fmt.Sprintf("n1=%s=%s,n2=%s=%s,n3=%s=%s", p.raft, p.http, freePort(t), freePort(t), freePort(t), freePort(t))}
 	p.start(t)
