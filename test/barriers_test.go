@@ -92,6 +92,7 @@ func allocatesTo(results []*fsm.Result, owner string) bool {
 // term, so an entry committed and not yet applied was answered to nobody.
 // This test keeps the guarantee from resting on those two facts alone.
 func TestLinearizableReadWaitsForApply(t *testing.T) {
+	t.Parallel()
 	var gate applyGate
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		cfg.OnApply = gate.hook(cfg.ID)
@@ -237,6 +238,7 @@ func (t *gatedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.Ser
 // on it must not answer from its state, which lacks W; once replication
 // resumes, the read sees W.
 func TestNewLeaderReadsAfterItsTermEntry(t *testing.T) {
+	t.Parallel()
 	var gate replicationGate
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		faulty := cfg.WrapTransport
@@ -294,6 +296,7 @@ func waitLinearizable(t *testing.T, ctx context.Context, l *cluster.Member) {
 // index, and /readyz says catching_up, until the next write (the
 // Jepsen-style suite's convergence check caught this, seed 3).
 func TestIdleAfterReadsConverges(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	// The new leader's last entry of its own raises the feature level

@@ -68,6 +68,7 @@ func metricValue(t *testing.T, p *proc, name string) float64 {
 // snapshot restore' after some of them were released and others made,
 // gives back exactly the allocations acknowledged before it was taken.
 func TestE2EScheduledBackups(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "backups")
 	require.NoError(t, os.MkdirAll(dir, 0o750))
 	notes := filepath.Join(dir, "notes.txt")
@@ -144,6 +145,7 @@ func TestE2EScheduledBackups(t *testing.T) {
 // TestE2EBackupFlags: bad backup flags stop the server before it opens
 // anything, naming the flag.
 func TestE2EBackupFlags(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "a-file")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	cases := []struct {
@@ -174,6 +176,7 @@ func TestE2EBackupFlags(t *testing.T) {
 // with --restore-from that backup, it founds the cluster from it, and its
 // first answers already hold every allocation the backup holds.
 func TestE2ELoneNodeLostDisk(t *testing.T) {
+	t.Parallel()
 	bdir := filepath.Join(t.TempDir(), "backups")
 	ps := newProcsArgs(t, 1, "--backup-dir", bdir, "--backup-interval", "1s")
 	p := ps[0]

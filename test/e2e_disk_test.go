@@ -32,6 +32,7 @@ const diskFloor = 32 << 20
 // node is ready again and takes writes, without a restart. The steps are
 // those of the "Disk full" runbook in docs/OPERATIONS.md.
 func TestE2EDiskFull(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	var ps []*proc
 	var peers []string

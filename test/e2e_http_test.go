@@ -65,6 +65,7 @@ func watchFDs(t *testing.T, pid int) (stop func() int) {
 // slots free. (Without the limit every one of them is a descriptor: 20,000
 // idle clients took a node to "too many open files".)
 func TestE2EMaxConnections(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("counts file descriptors in /proc")
 	}
@@ -172,6 +173,7 @@ func (zeros) Read(p []byte) (int, error) {
 // are cut off as soon as the node's RSS passes the bound, so a regression
 // fails fast instead of taking the machine's memory.
 func TestE2ERestoreMemory(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("reads RSS from /proc")
 	}

@@ -49,7 +49,10 @@ func mountDisk(t *testing.T) *faultfs.FS {
 // value, and the saved file and every backup the node had finished must
 // be there. The data directory is created by the node, two levels deep,
 // so its entries are only durable if the node fsyncs their parents.
-func TestE2EPowerCut(t *testing.T) { forEachLogStore(t, testE2EPowerCut) }
+func TestE2EPowerCut(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testE2EPowerCut)
+}
 
 func testE2EPowerCut(t *testing.T, store string) {
 	disk := mountDisk(t)
@@ -117,6 +120,8 @@ type stallWrite struct {
 // follows, and every acknowledged value is on every node with one owner.
 // -power.stall-runs repeats the whole scenario.
 func TestE2EDiskStall(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it bounds the time writes take to
+	// resume after the freeze.
 	for run := 1; run <= *flagStallRuns; run++ {
 		t.Run(fmt.Sprintf("run %d", run), testE2EDiskStall)
 	}
@@ -261,13 +266,17 @@ func readyReason(p *proc) string {
 // owner, and hand none of them out again. A dry run first counts the
 // scenario's operations.
 func TestE2EPowerCutAtOps(t *testing.T) {
+	t.Parallel()
 	total := powerCutScenario(t, 0)
 	require.Greater(t, total, int64(100), "the dry run's mutating operations")
 	// Dense over the founding (about the first 100), sparse after.
 	points := []int64{3, 10, 20, 30, 45, 60, 80, total / 4, total / 2, 3 * total / 4, total - 5}
 	t.Logf("the scenario makes %d mutating file operations; cutting at %v", total, points)
 	for _, at := range points {
-		t.Run(fmt.Sprintf("op %d", at), func(t *testing.T) { powerCutScenario(t, at) })
+		t.Run(fmt.Sprintf("op %d", at), func(t *testing.T) {
+			t.Parallel() // each cut on a disk and a server of its own
+			powerCutScenario(t, at)
+		})
 	}
 }
 

@@ -31,6 +31,7 @@ type ackedValue struct{ pool, owner string }
 // --join and become voters; then the cluster stays writable with any one
 // node killed, and no value is handed out twice.
 func TestE2ERecoverFromQuorumLoss(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	leader := byID(ps, waitLeader(t, ps[0]))
 	ctx := ctxE(t)
@@ -165,6 +166,7 @@ func waitReady(t *testing.T, p *proc) {
 // naming the problem; afterwards the node starts in its old three-voter
 // configuration.
 func TestE2ERecoverRefuses(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	waitLeader(t, ps[0])
 	p := ps[0]

@@ -68,6 +68,7 @@ func (r *runbook) cluster() (types.ClusterStatus, bool) {
 // and then the dead member is removed by the leader). The cluster then
 // tolerates one failure again, and every acknowledged value survives.
 func TestE2ERunbookInstallAndReplace(t *testing.T) {
+	t.Parallel()
 	rb := &runbook{t: t, dir: t.TempDir()}
 	// 1. Certificates.
 	rb.must("certs", "init", "--dir", "tls", "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1")
@@ -180,6 +181,7 @@ func TestE2ERunbookInstallAndReplace(t *testing.T) {
 // TestE2ELifecycleFlags: bad lifecycle flags stop the server before it
 // starts, naming the flag.
 func TestE2ELifecycleFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -213,6 +215,7 @@ func TestE2ELifecycleFlags(t *testing.T) {
 // majority again. The server used to read the cluster through --join's
 // member before it opened the node, and never started while n1 was down.
 func TestE2EJoinedNodeRestartsWithoutItsJoinTarget(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 1)
 	n1 := ps[0]
 	waitLeader(t, n1)

@@ -101,6 +101,7 @@ func (s *secureProcs) waitLeader(t *testing.T, p *proc) *proc {
 // too weak a role. Members and every allocation stay as they were, and no
 // node takes the forged term.
 func TestE2ESecureClusterRefusesAttacks(t *testing.T) {
+	t.Parallel()
 	s := newSecureProcs(t)
 	l := s.waitLeader(t, s.ps[0])
 	var f *proc
@@ -233,6 +234,7 @@ func (s *secureProcs) state(t *testing.T, ctx context.Context) []string {
 // CA), becomes a voter, and the CLI works over HTTPS with --cacert and
 // --token, and says Unauthenticated without a token.
 func TestE2ESecureJoinAndCLI(t *testing.T) {
+	t.Parallel()
 	s := newSecureProcs(t)
 	l := s.waitLeader(t, s.ps[0])
 	n4 := &proc{id: "n4", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n4")}
@@ -272,6 +274,7 @@ func TestE2ESecureJoinAndCLI(t *testing.T) {
 // handshake requires a client certificate of that CA on every path,
 // /healthz too; the CLI presents one with --cert and --key.
 func TestE2EAPIClientCertificates(t *testing.T) {
+	t.Parallel()
 	b := certstest.New(t, "n1", "ops")
 	n := b.Node["n1"]
 	tok, err := api.NewToken()

@@ -53,6 +53,7 @@ func applyJSON(t *testing.T, p *proc, manifest string) (result string, svc types
 // TestE2EServicesCLI: a Service's life through the CLI, with the pools
 // checked at each step, and reconcile's findings and exit status.
 func TestE2EServicesCLI(t *testing.T) {
+	t.Parallel()
 	p := startServiceNode(t)
 	c, ctx := p.client(), ctxE(t)
 	web := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"shop","uid":"u-web"},
@@ -105,6 +106,7 @@ func TestE2EServicesCLI(t *testing.T) {
 // RangeAllocations imported into a fresh node give back RangeAllocation
 // bytes identical to the imported ones, pool by pool.
 func TestE2EImportGenerated(t *testing.T) {
+	t.Parallel()
 	p := startServiceNode(t)
 	svcs, ras := kube.Generate(5000, 1, kube.DefaultGenNetwork())
 	dir := t.TempDir()

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +45,10 @@ func exitsRefusing(t *testing.T, p *proc, d time.Duration, want string) {
 // undone from a copy). Last, a follower whose directory was emptied
 // refuses, and the runbook (remove, empty, --join) brings it back. Every
 // acknowledged value survives, and the replicas agree.
-func TestE2EStorageLoss(t *testing.T) { forEachLogStore(t, testE2EStorageLoss) }
+func TestE2EStorageLoss(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testE2EStorageLoss)
+}
 
 func testE2EStorageLoss(t *testing.T, store string) {
 	ps := newProcsArgs(t, 3, "--log-store", store, "--snapshot-threshold", "16", "--snapshot-interval", "200ms", "--trailing-logs", "4")
@@ -71,12 +76,7 @@ func testE2EStorageLoss(t *testing.T, store string) {
 	f.stop(t)
 	saved := filepath.Join(t.TempDir(), "saved")
 	require.NoError(t, os.CopyFS(saved, os.DirFS(f.dir)))
-	newest := func() string {
-		snaps, err := filepath.Glob(filepath.Join(f.dir, "snapshots", "*", "state.bin"))
-		require.NoError(t, err)
-		require.NotEmpty(t, snaps)
-		return snaps[len(snaps)-1]
-	}
+	newest := func() string { return newestSnapshotState(t, f.dir) }
 	type damage struct {
 		name   string
 		damage func()
@@ -151,11 +151,44 @@ func testE2EStorageLoss(t *testing.T, store string) {
 	sameRangeAllocation(t, ps, "nodeport")
 }
 
+// newestSnapshotState returns the state.bin of the snapshot in dataDir
+// with the highest term, index and time. Their directories are named
+// <term>-<index>-<ms>, so the last in lexical order is not the newest
+// once the index gains a digit ("2-96-…" sorts after "2-112-…").
+func newestSnapshotState(t *testing.T, dataDir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+	require.NoError(t, err)
+	var best string
+	var bestKey [3]uint64
+	for _, e := range entries {
+		parts := strings.Split(e.Name(), "-")
+		if !e.IsDir() || len(parts) != 3 {
+			continue // a snapshot being written ends in .tmp
+		}
+		var key [3]uint64
+		ok := true
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 10, 64)
+			ok = ok && err == nil
+			key[i] = v
+		}
+		if ok && (best == "" || slices.Compare(key[:], bestKey[:]) > 0) {
+			best, bestKey = e.Name(), key
+		}
+	}
+	require.NotEmpty(t, best, "a snapshot in %s", dataDir)
+	return filepath.Join(dataDir, "snapshots", best, "state.bin")
+}
+
 // TestE2EReimagedNode is the re-imaged node of an appliance: three nodes,
 // B killed, 200 allocations acknowledged by the leader L and follower A,
 // L and A killed, A's data directory emptied, A and B started with their
 // usual flags. A must refuse; when L returns, all 200 values are there.
-func TestE2EReimagedNode(t *testing.T) { forEachLogStore(t, testE2EReimagedNode) }
+func TestE2EReimagedNode(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testE2EReimagedNode)
+}
 
 func testE2EReimagedNode(t *testing.T, store string) {
 	ps := newProcsArgs(t, 3, "--log-store", store)
@@ -247,6 +280,7 @@ func lastKey(m map[string]string) string {
 // with `rangealloc cluster join`, is refused with NodeNotEmpty and the
 // membership is unchanged.
 func TestE2EMistakenJoin(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	waitLeader(t, ps[0])
 	bare := newProcs(t, 1)[0] // founds a cluster of its own
@@ -275,6 +309,7 @@ func memberIDs(clusterJSON string) string {
 // TestE2EBootstrapping: a founder whose peers have not started yet serves
 // HTTP and says why it is not ready; writes get 503 NoLeader.
 func TestE2EBootstrapping(t *testing.T) {
+	t.Parallel()
 	p := &proc{id: "n1", http: freePort(t), raft: freePort(t), dir: filepath.Join(t.TempDir(), "n1")}
 	p.args = []string{"--peers", fmt.Sprintf("n1=%s=%s,n2=%s=%s,n3=%s=%s", p.raft, p.http, freePort(t), freePort(t), freePort(t), freePort(t))}
 	p.start(t)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,7 +31,31 @@ import (
 // binary is the rangealloc binary built once for the end-to-end tests.
 var binary string
 
+// raceExitSleep is the race detector's atexit_sleep_ms for the processes
+// the tests start: its default makes every race-built process, each CLI
+// command among them, wait 1 s before it exits, so that a race another
+// goroutine is reporting at that moment is printed whole. A tenth of that
+// is still ample for a report to finish, and a process that saw a race
+// still exits with status 66, which fails the test.
+const raceExitSleep = "atexit_sleep_ms=100"
+
+// parallel is how many of this package's tests run at once unless
+// -test.parallel says otherwise: more than go test's default (GOMAXPROCS),
+// since these tests spend most of their time waiting on processes, Raft's
+// timers and the disk, not on the CPU. Tests that must run alone do not
+// call t.Parallel (docs/TESTING.md lists them and why).
+const parallel = 3
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", strconv.Itoa(parallel))
+	}
+	if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(gorace+" "+raceExitSleep))
+	}
 	dir, err := os.MkdirTemp("", "rangealloc-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,6 +80,7 @@ func freePort(t *testing.T) string { return testaddr.Loopback(t) }
 type proc struct {
 	id, http, raft, dir string
 	args                []string
+	noEnvStore          bool // never add --log-store from $RANGEALLOC_TEST_LOG_STORE
 	cmd                 *exec.Cmd
 	log                 *bytes.Buffer
 }
@@ -62,7 +89,7 @@ func (p *proc) start(t *testing.T) {
 	t.Helper()
 	p.log = &bytes.Buffer{}
 	args := []string{"server", "--id", p.id, "--data-dir", p.dir, "--http-addr", p.http, "--raft-addr", p.raft, "--log-level", "warn"}
-	if store := os.Getenv(cluster.LogStoreEnv); store != "" && !slices.Contains(p.args, "--log-store") {
+	if store := os.Getenv(cluster.LogStoreEnv); store != "" && !p.noEnvStore && !slices.Contains(p.args, "--log-store") {
 		args = append(args, "--log-store", store)
 	}
 	p.cmd = exec.Command(binary, append(args, p.args...)...)
@@ -150,6 +177,7 @@ func ctxE(t *testing.T) context.Context {
 }
 
 func TestE2EThreeNodes(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	leaderID := waitLeader(t, ps[0])
 	leader := byID(ps, leaderID)
@@ -260,6 +288,7 @@ func rangealloc(t *testing.T, addr string, args ...string) (string, string, int)
 }
 
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	p := newProcs(t, 1)[0]
 	waitLeader(t, p)
 	addr := "http://" + p.http
@@ -364,6 +393,7 @@ func TestCLI(t *testing.T) {
 // TestE2ENoLeader: with no quorum, a write waits a bounded time and then
 // answers 503 NoLeader with Retry-After; nothing is applied.
 func TestE2ENoLeader(t *testing.T) {
+	t.Parallel()
 	ps := newProcs(t, 3)
 	leader := byID(ps, waitLeader(t, ps[0]))
 	for _, p := range ps { // every node has applied the pools before two of them die

@@ -739,6 +739,7 @@ func (l *rollingLoad) check(t *testing.T, c *client.Client) {
 // and a member kept a non-voter joins. No acknowledged write is lost, no
 // value has two owners, and every node holds the same RangeAllocations.
 func TestE2ERollingUpgrade(t *testing.T) {
+	t.Parallel()
 	oldRel := release{name: relOld, bin: buildPrevious(t, t.TempDir())}
 	_, _, code := runBin(t, oldRel.bin, "version")
 	require.NotEqual(t, 0, code, "the previous release has no version command")

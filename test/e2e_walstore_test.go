@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/api/client"
-	"github.com/rangealloc/rangealloc/test/cluster"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,8 +19,9 @@ import (
 // refuses to start and changes nothing; without the flag the recorded one
 // is used. (A name that is no store: TestE2ELifecycleFlags.)
 func TestE2ELogStoreChoice(t *testing.T) {
-	t.Setenv(cluster.LogStoreEnv, "") // the restart below has no --log-store
+	t.Parallel()
 	p := newProcsArgs(t, 1, "--log-store", "wal")[0]
+	p.noEnvStore = true // the restart below has no --log-store
 	waitLeader(t, p)
 	ctx := ctxE(t)
 	a, _, err := p.client().Allocate(ctx, "nodeport", "", "before", client.Options{})
@@ -66,6 +66,7 @@ func treeNames(t *testing.T, dir string) []string {
 // SIGKILL (a torn wal tail is the normal outcome) and started again. Each
 // starts, and every acknowledged value is on every node.
 func TestE2EKill9WAL(t *testing.T) {
+	t.Parallel()
 	ps := newProcsArgs(t, 3, "--log-store", "wal")
 	leader := byID(ps, waitLeader(t, ps[0]))
 	ctx := ctxE(t)

@@ -31,6 +31,8 @@ import (
 // hold (they must, elections or not), and the scenario runs again on a new
 // cluster, at most electionAttempts times.
 func TestForwardedWritesShareCalls(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it reads go-metrics' global sink,
+	// which every node in this process writes to.
 	for attempt := 1; attempt <= electionAttempts; attempt++ {
 		var disturbed string
 		if !t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) { disturbed = forwardedWritesShareCalls(t) }) {

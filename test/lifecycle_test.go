@@ -53,6 +53,7 @@ func memberOf(t *testing.T, st node.ClusterStatus, id string) node.Member {
 // TestNewClusterStartsAtItsLevel: founders all of this release start the
 // cluster at this release's feature level.
 func TestNewClusterStartsAtItsLevel(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	waitPools(t, c)
 	waitLevel(t, c)
@@ -63,6 +64,7 @@ func TestNewClusterStartsAtItsLevel(t *testing.T) {
 // 1 for now, but does not hold up the rest: the configured pools are
 // created and the two others serve writes, as with any one node down.
 func TestNewClusterWithAFounderDown(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	c.Kill(1) // before the first election (an election timeout away)
 	l := waitPools(t, c)
@@ -76,6 +78,7 @@ func TestNewClusterWithAFounderDown(t *testing.T) {
 // level-2 kind is refused before it reaches the log, and finalize names
 // the member. Once it is upgraded, finalize raises the level everywhere.
 func TestFinalizeUpgradeWaitsForEveryMember(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		if cfg.ID == "n2" {
 			cfg.MaxFeatureLevel = 1
@@ -125,6 +128,7 @@ func TestFinalizeUpgradeWaitsForEveryMember(t *testing.T) {
 // TestJoinRefusesAnOlderRelease: a node whose binary does not support the
 // cluster's level is refused for good, and the configuration is unchanged.
 func TestJoinRefusesAnOlderRelease(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 1, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	require.Eventually(t, func() bool { return levels(c)[0] == fsm.MaxFeatureLevel }, 10*time.Second, 20*time.Millisecond)
@@ -157,6 +161,7 @@ func voterIDs(t *testing.T, c *cluster.Cluster) []string {
 // a follower's view too; with --cleanup-dead-after, a dead voter of four
 // is removed, and a dead voter of three never is.
 func TestMemberHealthAndDeadCleanup(t *testing.T) {
+	t.Parallel()
 	const after = 7 * time.Second // beyond the 5 s after which a member shows unreachable
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.CleanupDeadAfter = after }})
 	l := waitPools(t, c)
@@ -217,6 +222,7 @@ const healthThresholdForTests = 5 * time.Second
 // TestNonvoterIsNotPromoted: a node that joins asking to stay a non-voter
 // replicates the log and is never promoted; one that does not is.
 func TestNonvoterIsNotPromoted(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 1, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	require.Eventually(t, func() bool { return levels(c)[0] == fsm.MaxFeatureLevel }, 10*time.Second, 20*time.Millisecond)
@@ -245,6 +251,7 @@ func TestNonvoterIsNotPromoted(t *testing.T) {
 // mark (it would drop it, and the node would be promoted): it refuses to
 // start, and the configuration is unchanged.
 func TestNonvoterJoinRefusedByOlderMember(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 1, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.MaxFeatureLevel = 1 }})
 	l := waitPools(t, c)
 	before, err := l.Node.Cluster()
@@ -264,6 +271,7 @@ func TestNonvoterJoinRefusedByOlderMember(t *testing.T) {
 // deleted the backups that held the acknowledged allocations. Once a peer
 // is back, backups resume with everything.
 func TestScheduledBackupsWaitAfterRestart(t *testing.T) {
+	t.Parallel()
 	bdir := t.TempDir()
 	var mu sync.Mutex
 	var took []uint64

@@ -26,6 +26,8 @@ import (
 // retried key answered as first. The seed is logged; set RANGEALLOC_SEED
 // to replay one.
 func TestLinearizableUnderPartitions(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it requires progress (more than 50
+	// acknowledged operations in 8 s) through its nemesis.
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("RANGEALLOC_SEED"); s != "" {
 		_, err := fmt.Sscan(s, &seed)

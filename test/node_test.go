@@ -44,6 +44,7 @@ func follower(c *cluster.Cluster, leader *cluster.Member) *cluster.Member {
 }
 
 func TestReplicationAndFollowerCalls(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)
@@ -82,6 +83,7 @@ func TestReplicationAndFollowerCalls(t *testing.T) {
 }
 
 func TestFailoverAndCatchUp(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 30*time.Second)
@@ -104,6 +106,7 @@ func TestFailoverAndCatchUp(t *testing.T) {
 // TestIsolatedLeader: a leader cut off from the majority acknowledges no
 // write and serves no linearizable read, while the majority goes on.
 func TestIsolatedLeader(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	c.Isolate(l.Index)
@@ -146,6 +149,7 @@ func TestIsolatedLeader(t *testing.T) {
 // before a new one exists, and the window is rarely open: the Jepsen
 // suite needs long SIGSTOP runs to see it.)
 func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		if cfg.ID == "n0" {
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
@@ -212,7 +216,10 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 // TestSnapshotCatchUp: a follower cut off while the leader compacts its
 // log past it must catch up by InstallSnapshot, then take the entries
 // after it.
-func TestSnapshotCatchUp(t *testing.T) { forEachLogStore(t, testSnapshotCatchUp) }
+func TestSnapshotCatchUp(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, testSnapshotCatchUp)
+}
 
 func testSnapshotCatchUp(t *testing.T, store string) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store, Tune: func(cfg *node.Config) {
@@ -272,6 +279,7 @@ func testSnapshotCatchUp(t *testing.T, store string) {
 // TestRestartFromSnapshotAndLog: state comes back from a snapshot plus the
 // log entries after it, on every node, after the whole cluster stops.
 func TestWholeClusterRestart(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 60*time.Second)
@@ -305,6 +313,7 @@ func TestWholeClusterRestart(t *testing.T) {
 // TestIdempotentRetryAcrossLeaderChange: a retry with the same request ID
 // on a new leader returns the original value and allocates nothing more.
 func TestIdempotentRetryAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 30*time.Second)
@@ -330,6 +339,7 @@ func TestIdempotentRetryAcrossLeaderChange(t *testing.T) {
 // of waiting out the caller's deadline. The partition lasts until both
 // calls have returned, so only the new leader can have answered them.
 func TestFollowerLeavesUnreachableLeader(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)
@@ -371,6 +381,7 @@ func TestFollowerLeavesUnreachableLeader(t *testing.T) {
 }
 
 func TestMembershipAndTransfer(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)

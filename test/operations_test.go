@@ -15,6 +15,7 @@ import (
 // TestOperationsThatCannotSucceed: each answers at once with a definite
 // error, or succeeds at once when there is nothing to do, and changes nothing.
 func TestOperationsThatCannotSucceed(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it bounds the time the answers take (2 s).
 	c := cluster.New(t, 1, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 10*time.Second)
@@ -51,6 +52,7 @@ func TestOperationsThatCannotSucceed(t *testing.T) {
 // cluster, at most electionAttempts times: a transfer that moves
 // leadership every time fails the test.
 func TestTransferToLeaderThroughFollower(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it bounds the time the transfer takes (2 s).
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	waitPools(t, c)
 	for attempt := 1; attempt <= electionAttempts; attempt++ {

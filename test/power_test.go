@@ -29,7 +29,10 @@ import (
 // start again, and again, with every acknowledged value. raft-wal before
 // v0.4.1 sealed a segment without its index on a tail truncation and
 // refused to open it afterwards ("sealed segment has no index block").
-func TestTruncatedTailRestart(t *testing.T) { forEachLogStore(t, truncatedTailRestart) }
+func TestTruncatedTailRestart(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, truncatedTailRestart)
+}
 
 func truncatedTailRestart(t *testing.T, store string) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store})
@@ -196,6 +199,9 @@ func (c *switchedConn) Write(p []byte) (int, error) {
 // longest log to take over), or it cannot (it reaches no other node's
 // RPC), and the followers elect once its Raft messages stop.
 func TestDiskStallLeaderGivesWay(t *testing.T) {
+	// Not parallel (docs/TESTING.md): its stall timeout is 500 ms and it
+	// counts exactly one stall, which a slow store write on a loaded disk
+	// would add to.
 	forEachLogStore(t, func(t *testing.T, store string) {
 		t.Run("hand-off", func(t *testing.T) { diskStallLeaderGivesWay(t, store, true) })
 		t.Run("silence", func(t *testing.T) { diskStallLeaderGivesWay(t, store, false) })
@@ -265,6 +271,7 @@ func diskStallLeaderGivesWay(t *testing.T, store string, handOff bool) {
 // entry of its term, before the pools existed, and allocations then got
 // PoolNotFound.
 func TestReadyNotBeforePools(t *testing.T) {
+	t.Parallel()
 	for _, size := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
 			c := cluster.New(t, size, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {

@@ -21,6 +21,7 @@ import (
 // talk to each other. Restored through a follower (forwarded to the
 // leader), then through the leader.
 func TestRestoreKeepsMembers(t *testing.T) {
+	t.Parallel()
 	other := cluster.New(t, 1, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) { cfg.APIAddr = "elsewhere-" + cfg.ID }})
 	src := waitPools(t, other)
 	ctx := ctxT(t, 60*time.Second)
@@ -82,6 +83,7 @@ func TestRestoreKeepsMembers(t *testing.T) {
 // leader is low on disk: it looks the ID up before it refuses a restore
 // for disk, which would say nothing was applied.
 func TestRestoreRetriedAfterLostAnswer(t *testing.T) {
+	t.Parallel()
 	for _, lowDisk := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lowDisk=%v", lowDisk), func(t *testing.T) { restoreRetriedAfterLostAnswer(t, lowDisk) })
 	}
@@ -153,6 +155,7 @@ func restoreRetriedAfterLostAnswer(t *testing.T, lowDisk bool) {
 // transfer stays in progress for an election timeout (400 ms); the
 // restore starts 100 ms into it.
 func TestRestoreDuringTransfer(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	target := follower(c, l)
@@ -176,6 +179,7 @@ func TestRestoreDuringTransfer(t *testing.T) {
 // log is never applied, so every follower of the idle cluster stayed
 // catching_up (its applied index below the leader's commit index).
 func TestReadyAfterRepeatedRestore(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	ctx := ctxT(t, 60*time.Second)

@@ -25,6 +25,7 @@ import (
 // request takes one value. A retry under a fresh ID would take a second
 // one. Each case loses the answer on one of submit's two paths.
 func TestRetryAfterLostAnswerAppliesOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, ctx context.Context, owner string) (*node.Node, []fsm.Allocation)
@@ -165,6 +166,7 @@ func ownerHolds(t *testing.T, ctx context.Context, n *node.Node, pool, owner str
 // a key writes again on that answer. The follower's sender used to
 // encode a write its caller had just given up on into the call.
 func TestNoLeaderAnswerMeansNotApplied(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: []node.PoolSpec{{Name: "big", Range: "10.128.0.0/12"}}})
 	l := c.Leader()
 	ctx := ctxT(t, 120*time.Second)

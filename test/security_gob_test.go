@@ -53,6 +53,8 @@ func (c countingConn) Write(p []byte) (int, error) {
 // budget ends it first. It made the leader's heap grow 1.3 GB (700 times
 // what was sent) before.
 func TestNonMemberCannotAmplify(t *testing.T) {
+	// Not parallel (docs/TESTING.md): it measures this process's heap,
+	// which tests running beside it would grow.
 	b := certstest.New(t, "n0", "n9")
 	c := cluster.New(t, 1, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		tc, _ := tlsFiles(t, b, cfg.ID)

@@ -83,6 +83,7 @@ func dialAs(t *testing.T, b *certstest.Bundle, id, addr, clusterID string) (*rpc
 // but neither remove a member, nor commit an allocation, nor join under
 // another node's ID; a plaintext caller does not get past the handshake.
 func TestForwardingNeedsMembership(t *testing.T) {
+	t.Parallel()
 	b := certstest.New(t, "n0", "n1", "n2", "n9")
 	c := tlsCluster(t, b)
 	l := waitPools(t, c)
@@ -142,6 +143,7 @@ func TestForwardingNeedsMembership(t *testing.T) {
 // its connection, and the follower neither applies it nor takes its term.
 // A member that is removed can open none either.
 func TestRaftPortNeedsMembership(t *testing.T) {
+	t.Parallel()
 	b := certstest.New(t, "n0", "n1", "n2", "n9")
 	c := tlsCluster(t, b)
 	l := waitPools(t, c)

@@ -76,6 +76,7 @@ func apiErr(t *testing.T, err error) *client.Error {
 }
 
 func TestServicesOverHTTP(t *testing.T) {
+	t.Parallel()
 	c, cl := serviceCluster(t, 3)
 	ctx := context.Background()
 	follower := cl[0]
@@ -199,6 +200,7 @@ func TestServicesOverHTTP(t *testing.T) {
 // kube-apiserver does; at level 4 it is refused for dropping the
 // secondary, and changes nothing. Both go through a follower.
 func TestServiceSingularClusterIP(t *testing.T) {
+	t.Parallel()
 	for _, level := range []int{4, fsm.MaxFeatureLevel} {
 		t.Run(fmt.Sprint("level=", level), func(t *testing.T) {
 			c, cl := serviceCluster(t, 3, func(cfg *node.Config) { cfg.MaxFeatureLevel = level })
@@ -237,6 +239,7 @@ func TestServiceSingularClusterIP(t *testing.T) {
 }
 
 func TestServiceImportKeepsRangeAllocations(t *testing.T) {
+	t.Parallel()
 	_, cl := serviceCluster(t, 1)
 	ctx := context.Background()
 	yes := true

@@ -21,6 +21,7 @@ import (
 // TestFoundingInAnyOrder: the nodes of a new cluster, started in any
 // order with delays between them, form one cluster, and none is refused.
 func TestFoundingInAnyOrder(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools,
 		Delays: []time.Duration{1500 * time.Millisecond, 0, 700 * time.Millisecond}})
 	l := waitPools(t, c)
@@ -42,7 +43,10 @@ func TestFoundingInAnyOrder(t *testing.T) {
 // flags. A must refuse to start (it used to bootstrap a new log, let B win
 // an election, and erase the 200 values when L came back); the
 // acknowledged values survive; then the runbook brings A back.
-func TestWipedVoterRefused(t *testing.T) { forEachLogStore(t, wipedVoterRefused) }
+func TestWipedVoterRefused(t *testing.T) {
+	t.Parallel()
+	forEachLogStore(t, wipedVoterRefused)
+}
 
 func wipedVoterRefused(t *testing.T, store string) {
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, LogStore: store})
@@ -99,6 +103,7 @@ func wipedVoterRefused(t *testing.T, store string) {
 // soon as the cluster formed (it may have acknowledged its first entries)
 // refuses to start, and so does one that comes back with --join.
 func TestDiskLostRightAfterFirstEntries(t *testing.T) {
+	t.Parallel()
 	forEachLogStore(t, diskLostRightAfterFirstEntries)
 }
 
@@ -124,6 +129,7 @@ func diskLostRightAfterFirstEntries(t *testing.T, store string) {
 // cluster of its own) is not added: 409 NodeNotEmpty, membership
 // unchanged, and no Raft traffic crosses between the two clusters.
 func TestMistakenJoin(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	bare := cluster.New(t, 1, cluster.Options{Pools: testPools})
@@ -167,6 +173,7 @@ func membership(st node.ClusterStatus) []string {
 // TestReadiness: a restarted follower is not ready while it has not
 // applied the leader's commit index, whatever its own Raft believes.
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)
@@ -209,6 +216,7 @@ func TestReadiness(t *testing.T) {
 // which have not seen every peer yet, a peer with state, and they would
 // refuse to start.
 func TestFoundingResumesAfterCrash(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools,
 		Delays: []time.Duration{0, time.Second, 1200 * time.Millisecond},
 		Tune: func(cfg *node.Config) {
@@ -233,6 +241,7 @@ func TestFoundingResumesAfterCrash(t *testing.T) {
 // but left cluster-id: the node bootstrapped alone under the old cluster's
 // ID, and so served a second, empty copy of that cluster under its name.
 func TestLoneRestartNotCaptured(t *testing.T) {
+	t.Parallel()
 	for _, keepID := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keepID=%v", keepID), func(t *testing.T) {
 			c := cluster.New(t, 3, cluster.Options{Pools: testPools})
@@ -299,6 +308,7 @@ func forEachLogStore(t *testing.T, test func(t *testing.T, store string)) {
 // question that finds its peers with state, and bootstrap an empty voter
 // into the cluster.
 func TestLeftoverFoundingMarkerRemoved(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)
@@ -322,6 +332,7 @@ func TestLeftoverFoundingMarkerRemoved(t *testing.T) {
 // new empty cluster rather than refuse to start; it says so when it
 // starts. With its peers it says nothing.
 func TestLoneFlagsOnAVoterWarn(t *testing.T) {
+	t.Parallel()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools})
 	l := waitPools(t, c)
 	f := follower(c, l)
@@ -357,6 +368,7 @@ func TestLoneFlagsOnAVoterWarn(t *testing.T) {
 // --join they become members, and every acknowledged value keeps its
 // owner.
 func TestWholeClusterLost(t *testing.T) {
+	t.Parallel()
 	bdir := t.TempDir()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		if cfg.ID == "n0" {
@@ -436,6 +448,7 @@ func TestWholeClusterLost(t *testing.T) {
 // a cluster whose every data directory was lost, backups kept, found a
 // new, empty cluster (the machines put to a new use).
 func TestWholeClusterFoundsEmptyOnPurpose(t *testing.T) {
+	t.Parallel()
 	bdir := t.TempDir()
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		cfg.BackupDir, cfg.BackupInterval = filepath.Join(bdir, cfg.ID), time.Second

@@ -38,6 +38,7 @@ func chromium() string {
 // RANGEALLOC_UI_SCREENSHOT=file.png the screenshot is kept there (this is
 // how docs/img/status-page.png is made).
 func TestUIScreenshot(t *testing.T) {
+	// Not parallel (docs/TESTING.md): headless Chromium is heavy on the CPU.
 	browser := chromium()
 	if browser == "" {
 		t.Skip("no chromium binary found: install Debian's chromium package to run this test")

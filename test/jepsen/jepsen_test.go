@@ -20,8 +20,8 @@ import (
 )
 
 var (
-	flagSeed     = flag.Uint64("jepsen.seed", 0, "run one seed (0: the fixed CI seeds of -jepsen.seeds)")
-	flagSeeds    = flag.String("jepsen.seeds", "1,2,3", "the fixed seeds run when -jepsen.seed is 0")
+	flagSeed     = flag.Uint64("jepsen.seed", 0, "run one seed (0: the fixed seeds of -jepsen.seeds, -jepsen.services-seeds and -jepsen.wal-seeds)")
+	flagSeeds    = flag.String("jepsen.seeds", "1", "the fixed seeds run when -jepsen.seed is 0 (make test: 1, every fault; make jepsen-ci, which CI runs after it: 2,3)")
 	flagDuration = flag.Duration("jepsen.duration", 30*time.Second, "least length of the nemesis schedule (every fault runs once regardless)")
 	flagNemesis  = flag.String("jepsen.nemesis", "all", "faults to draw from: all, or a comma-separated list of "+fmt.Sprint(AllFaults))
 	flagClients  = flag.Int("jepsen.clients", 10, "concurrent clients")
@@ -35,13 +35,13 @@ var (
 	flagBin      = flag.String("jepsen.bin", "", "a prebuilt rangealloc binary (default: build ./cmd/rangealloc without -race)")
 	flagInsecure = flag.Bool("jepsen.insecure", false, "run the servers with plain HTTP and Raft, --insecure and no tokens, instead of mutual TLS, HTTPS and tokens")
 	flagServices = flag.Bool("jepsen.services", false, "run the -jepsen.seed run with the Service workload (creates, updates and deletes of Services) instead of allocations")
-	flagSvcSeeds = flag.String("jepsen.services-seeds", "4", "the fixed seeds run with the Service workload when -jepsen.seed is 0 (empty: none)")
+	flagSvcSeeds = flag.String("jepsen.services-seeds", "4", "the fixed seeds run with the Service workload when -jepsen.seed is 0 (empty: none; make jepsen-ci: none)")
 	flagSvcDur   = flag.Duration("jepsen.services-duration", 15*time.Second, "least length of the nemesis schedule of the fixed Service seeds")
 	flagSvcNem   = flag.String("jepsen.services-nemesis", "isolate-leader,isolate-follower,bridge,kill-leader,kill-all,pause-leader,snapshot-catchup",
 		"faults of the fixed Service seeds (the storage faults and mistaken-join test the allocation runs' storage, not Services)")
 	flagLogStore = flag.String("jepsen.log-store", os.Getenv("RANGEALLOC_TEST_LOG_STORE"),
 		"the servers' --log-store, bolt or wal, for the -jepsen.seed run and the fixed seeds (default: $RANGEALLOC_TEST_LOG_STORE, else the server's default, bolt)")
-	flagWALSeeds = flag.String("jepsen.wal-seeds", "5", "the fixed seeds run with --log-store wal when -jepsen.seed is 0 (empty: none)")
+	flagWALSeeds = flag.String("jepsen.wal-seeds", "", "the fixed seeds run with --log-store wal when -jepsen.seed is 0 (empty: none; make jepsen-ci: 5)")
 	flagWALDur   = flag.Duration("jepsen.wal-duration", 20*time.Second, "least length of the nemesis schedule of the fixed wal seeds")
 )
 
@@ -101,8 +101,10 @@ func runs(t *testing.T) []suiteRun {
 }
 
 // TestJepsen runs the partition suite: one seed given by -jepsen.seed, or
-// else the fixed CI seeds, the allocation workload's and the Service
-// workload's. Without network namespaces it skips, or fails when CI=true.
+// else the fixed seeds: by default make test's set (seed 1 with every
+// fault, seed 4 with the Service workload); make jepsen-ci runs the rest
+// of CI's (seeds 2 and 3, seed 5 on the wal) through the flags. Without
+// network namespaces it skips, or fails when CI=true.
 func TestJepsen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("jepsen: skipped in -short mode")
