@@ -115,9 +115,19 @@ func TestE2ERunbookInstallAndReplace(t *testing.T) {
 		}
 		return len(st.Members) == len(want)
 	}
-	require.Eventually(t, func() bool { st, ok := rb.cluster(); return ok && healthy(st, "n1", "n2", "n3") },
-		30*time.Second, 200*time.Millisecond, "three healthy voters")
-	table := rb.must("cluster")
+	// The table is read right after the status that shows three healthy
+	// voters; under load an election may come between the two reads, so
+	// both are read again until they agree.
+	var table string
+	require.Eventually(t, func() bool {
+		st, ok := rb.cluster()
+		if !ok || !healthy(st, "n1", "n2", "n3") {
+			return false
+		}
+		out, _, code := rb.run("cluster")
+		table = out
+		return code == 0 && strings.Contains(table, "healthy")
+	}, 30*time.Second, 200*time.Millisecond, "three healthy voters, and the table says so")
 	assert.Contains(t, table, "healthy")
 	assert.Contains(t, table, fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel))
 
