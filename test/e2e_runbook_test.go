@@ -116,18 +116,21 @@ func TestE2ERunbookInstallAndReplace(t *testing.T) {
 		return len(st.Members) == len(want)
 	}
 	// The table is read right after the status that shows three healthy
-	// voters; under load an election may come between the two reads, so
-	// both are read again until they agree.
+	// voters at the binary's feature level; under load an election may
+	// come between the two reads, so both are read again until they
+	// agree. The founding leader raises the level after it writes the
+	// pools, so a healthy cluster may not be at it yet.
 	var table string
+	level := fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel)
 	require.Eventually(t, func() bool {
 		st, ok := rb.cluster()
-		if !ok || !healthy(st, "n1", "n2", "n3") {
+		if !ok || !healthy(st, "n1", "n2", "n3") || st.FeatureLevel != fsm.MaxFeatureLevel {
 			return false
 		}
 		out, _, code := rb.run("cluster")
 		table = out
-		return code == 0 && strings.Contains(table, "healthy")
-	}, 30*time.Second, 200*time.Millisecond, "three healthy voters, and the table says so")
+		return code == 0 && strings.Contains(table, "healthy") && strings.Contains(table, level)
+	}, 30*time.Second, 200*time.Millisecond, "three healthy voters at %s, and the table says so", level)
 	assert.Contains(t, table, "healthy")
 	assert.Contains(t, table, fmt.Sprintf("feature level %d", fsm.MaxFeatureLevel))
 
