@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,10 +18,10 @@ import (
 // up to MaxBatch; and, while it holds fewer than wanted, more for at most
 // the wait.
 func TestFill(t *testing.T) {
-	newNode := func(maxBatch int) *Node {
-		return &Node{cfg: Config{MaxBatch: maxBatch}, proposals: make(chan *proposal, 16), shutdown: make(chan struct{})}
+	newNode := func(maxBatch int) *groupCommit {
+		return &groupCommit{maxBatch: maxBatch, proposals: make(chan *proposal, 16), shutdown: make(chan struct{})}
 	}
-	queue := func(n *Node, k int) {
+	queue := func(n *groupCommit, k int) {
 		for range k {
 			n.proposals <- &proposal{}
 		}
@@ -28,7 +29,7 @@ func TestFill(t *testing.T) {
 	first := []*proposal{{}}
 	// fill runs n.fill and fails the test, rather than hang it, when fill
 	// does not return.
-	fill := func(t *testing.T, n *Node, want int, wait time.Duration) []*proposal {
+	fill := func(t *testing.T, n *groupCommit, want int, wait time.Duration) []*proposal {
 		out := make(chan []*proposal, 1)
 		go func() { out <- n.fill(first, want, wait) }()
 		select {
@@ -68,8 +69,10 @@ func TestFill(t *testing.T) {
 		assert.Len(t, fill(t, n, 64, 10*time.Millisecond), 2)
 	})
 	t.Run("stops at shutdown", func(t *testing.T) {
+		shutdown := make(chan struct{})
 		n := newNode(100)
-		close(n.shutdown)
+		n.shutdown = shutdown
+		close(shutdown)
 		assert.Len(t, fill(t, n, 64, time.Hour), 1)
 	})
 	t.Run("no wait when the batch is large enough", func(t *testing.T) {
@@ -92,9 +95,10 @@ func (f appliedFuture) Response() interface{} { return f.resp }
 // again, plus the requests already waiting; and the round it took, which
 // bounds the wait for them.
 func TestResolveExpects(t *testing.T) {
-	n := &Node{cfg: Config{MaxInflight: 1}, proposals: make(chan *proposal, 16), inflight: make(chan *inflight, 1),
-		slots: make(chan struct{}, 1), shutdown: make(chan struct{})}
-	defer close(n.shutdown)
+	shutdown := make(chan struct{})
+	n := newGroupCommit(4, 1, 0, shutdown)
+	n.wait = func(f raft.Future) error { return f.Error() }
+	defer close(shutdown)
 	go n.resolveLoop()
 	for range 3 { // requests that arrived while the entry was out
 		n.proposals <- &proposal{}
@@ -152,7 +156,7 @@ func TestCloseWithAnUnansweredEntry(t *testing.T) {
 	require.NoError(t, n.WaitForLeader(ctx))
 	p := &proposal{done: make(chan outcome, 1)}
 	f := newUnansweredFuture()
-	n.inflight <- &inflight{future: f, batch: []*proposal{p}, start: time.Now()}
+	n.commit.inflight <- &inflight{future: f, batch: []*proposal{p}, start: time.Now()}
 	// The new leader's own first entries (members, pools, feature level)
 	// may still be ahead of this one: close only once resolveLoop waits
 	// for it, or Close could stop resolveLoop before it took the entry.

@@ -23,7 +23,8 @@
 //	node.go                Node, Open (openDataDir, startRaft, takePlace), Close, leadership
 //	phase.go               the start-up phase and its transitions
 //	route.go               the one "on the leader, else forward, retry" loop
-//	apply.go               the leader's group commit (submit, batchLoop, resolveLoop)
+//	apply.go               submit: a write's route and its request ID
+//	commit.go              the leader's group commit (batchLoop, resolveLoop)
 //	read.go, write.go      reads at a consistency; writes, backup and restore
 //	services.go            Kubernetes Services, reconcile, import
 //	forward.go, fwdbatch.go  the forwarding RPC: client, batching, and the server side

@@ -16,7 +16,7 @@ import (
 )
 
 // A follower forwards its writes to the leader in batches, the way the
-// leader packs them into entries (batchLoop and fill in apply.go): one
+// leader packs them into entries (batchLoop and fill in commit.go): one
 // SubmitBatch call carries every write waiting, so a busy follower makes
 // one call, one gob envelope and two syscalls per batch instead of per
 // write. No write waits for an earlier call's answer. Like the leader, the
@@ -364,7 +364,7 @@ func (s *rpcService) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitB
 			reply.Results[i].Result = fsm.EncodeResult(&fsm.Result{Err: e})
 			continue
 		}
-		p, o := s.n.enqueue(ctx, req)
+		p, o := s.n.commit.enqueue(ctx, req)
 		if p == nil {
 			s.answer(&reply.Results[i], o)
 			continue
@@ -373,7 +373,7 @@ func (s *rpcService) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitB
 	}
 	for i, p := range props {
 		if p != nil {
-			s.answer(&reply.Results[i], s.n.await(ctx, p))
+			s.answer(&reply.Results[i], s.n.commit.await(ctx, p))
 		}
 	}
 	return nil

@@ -49,12 +49,9 @@ type Node struct {
 	// cluster, so that they reach nodes of other clusters too.
 	probes *forwarder
 
-	proposals chan *proposal
-	inflight  chan *inflight
-	slots     chan struct{} // a token per entry in Raft and not yet resolved, or being filled
-	expect    atomic.Int64  // requests the next entry should carry (see fill)
-	round     atomic.Int64  // nanoseconds the entry resolved last took, handed to Raft until resolved
-	notify    chan bool
+	// commit is the leader's group commit (commit.go).
+	commit *groupCommit
+	notify chan bool
 
 	// ready is true while this node is the leader and has applied an entry
 	// of its current term, so its state holds everything committed before
@@ -146,10 +143,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		f.OnApply(cfg.OnApply)
 	}
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
-		proposals: make(chan *proposal, 4*cfg.MaxBatch), inflight: make(chan *inflight, cfg.MaxInflight),
-		slots:  make(chan struct{}, cfg.MaxInflight),
 		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
 		established: make(chan struct{})}
+	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown)
+	n.commit.admit, n.commit.wait, n.commit.onCommit = n.checkKind, n.wait, cfg.OnCommit
+	n.commit.apply = func(entry []byte) raft.ApplyFuture { return n.raft.Apply(entry, 0) }
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
@@ -268,8 +266,8 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	n.fwd = newForwarder(n.mux.DialRPC)
 	n.probes = newForwarder(n.mux.DialProbe)
 	n.goFunc(n.serveRPC)
-	n.goFunc(n.batchLoop)
-	n.goFunc(n.resolveLoop)
+	n.goFunc(n.commit.batchLoop)
+	n.goFunc(n.commit.resolveLoop)
 	n.goFunc(n.leaderLoop)
 	n.startAutopilot()
 	n.goFunc(n.followLoop)
