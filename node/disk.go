@@ -102,26 +102,56 @@ func (d *diskWatch) init(id string, cfg Config, logStore string, logger hclog.Lo
 	}
 }
 
-// startDiskWatch reads the disk once, so that a node started on a full
-// disk refuses writes from its first request, then keeps reading it on a
-// goroutine the node owns until Close.
-func (n *Node) startDiskWatch() {
-	n.disk.check()
-	n.goFunc(n.diskLoop)
+// diskGuard acts on what this node reads of its disk: it reads the
+// free space every DiskCheckInterval, and hands leadership away from a
+// low leader; it times the log store's writes, and holds this node's Raft
+// messages while one is stalled (stall.go). Two goroutines run it until
+// shutdown, diskLoop and stallLoop; the Node's disk and stall fields are
+// what they read and write, and what the rest of the node reads.
+type diskGuard struct {
+	disk         *diskWatch
+	stall        *storage.StallWatch
+	every        time.Duration // Config.DiskCheckInterval
+	stallTimeout time.Duration // Config.DiskStallTimeout; 0: no stallLoop
+	dir          string        // the data directory, for the log
+	logger       hclog.Logger
+	shutdown     <-chan struct{}
+	goFunc       func(func())
+
+	// What it acts through: whether this node leads, the other voters and
+	// a probe of one (for its disk and log), Raft's leadership transfer,
+	// a raw TimeoutNow to a voter, and the Mux's hold on Raft messages.
+	leading    func() bool
+	voters     func() ([]raft.Server, error)
+	probe      func(ctx context.Context, addr string) (*wire.ProbeReply, error)
+	transfer   func(to raft.Server) error
+	timeoutNow func(to raft.Server) error
+	holdRaft   func(hold bool)
 }
 
-func (n *Node) diskLoop() {
-	t := time.NewTicker(n.cfg.DiskCheckInterval)
+// start reads the disk once, so that a node started on a full disk
+// refuses writes from its first request, then keeps reading it, and
+// timing the store's writes unless the stall timeout is 0.
+func (g *diskGuard) start() {
+	g.disk.check()
+	g.goFunc(g.diskLoop)
+	if g.stallTimeout > 0 {
+		g.goFunc(g.stallLoop)
+	}
+}
+
+func (g *diskGuard) diskLoop() {
+	t := time.NewTicker(g.every)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.shutdown:
+		case <-g.shutdown:
 			return
 		case <-t.C:
 		}
-		n.disk.check()
-		if n.disk.low.Load() && n.IsLeader() {
-			n.handOffForDisk()
+		g.disk.check()
+		if g.disk.low.Load() && g.leading() {
+			g.handOffForDisk()
 		}
 	}
 }
@@ -199,37 +229,31 @@ func (d *diskWatch) refuse(req *fsm.Request) *fsm.Error {
 
 // handOffForDisk, on a low leader, hands leadership to the most
 // up-to-date voter that is not low, at most once per diskHandoffEvery.
-func (n *Node) handOffForDisk() {
-	d := &n.disk
+func (g *diskGuard) handOffForDisk() {
+	d := g.disk
 	if !d.handedOff.IsZero() && time.Since(d.handedOff) < diskHandoffEvery {
 		return
 	}
 	d.handedOff = time.Now()
-	to, ok := n.voterWithSpace()
+	to, ok := g.voterWithSpace()
 	if !ok {
-		n.logger.Warn("disk low and no other voter with space answers: keeping leadership, refusing client writes",
+		g.logger.Warn("disk low and no other voter with space answers: keeping leadership, refusing client writes",
 			"free", human.Bytes(d.free.Load()), "min_free_disk", human.Bytes(d.floor))
 		return
 	}
-	n.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", human.Bytes(d.free.Load()))
-	if err := n.wait(n.raft.LeadershipTransferToServer(to.ID, to.Address)); err != nil {
-		n.logger.Warn("leadership hand-off for disk space failed", "to", to.ID, "error", err)
+	g.logger.Warn("disk low: handing leadership to a voter with space", "to", to.ID, "free", human.Bytes(d.free.Load()))
+	if err := g.transfer(to); err != nil {
+		g.logger.Warn("leadership hand-off for disk space failed", "to", to.ID, "error", err)
 	}
 }
 
 // voterWithSpace probes the other voters at once and returns the one not
 // low whose log is longest. A node of a release that does not report its
 // disk counts as having space.
-func (n *Node) voterWithSpace() (raft.Server, bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
+func (g *diskGuard) voterWithSpace() (raft.Server, bool) {
+	voters, err := g.voters()
+	if err != nil {
 		return raft.Server{}, false
-	}
-	var voters []raft.Server
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.id) {
-			voters = append(voters, s)
-		}
 	}
 	replies := make([]*wire.ProbeReply, len(voters))
 	var wg sync.WaitGroup
@@ -237,7 +261,7 @@ func (n *Node) voterWithSpace() (raft.Server, bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := n.probe(context.Background(), string(s.Address))
+			r, err := g.probe(context.Background(), string(s.Address))
 			if err == nil && r.ID == string(s.ID) {
 				replies[i] = r
 			}
@@ -260,4 +284,34 @@ func (n *Node) voterWithSpace() (raft.Server, bool) {
 // this node or the leader's).
 func refusedForDisk(res *fsm.Result) bool {
 	return res != nil && res.Err != nil && res.Err.Code == fsm.CodeInsufficientStorage
+}
+
+// guardDisk builds n's disk guard: what it reads (n.disk, n.stall) and
+// what it acts through.
+func guardDisk(n *Node) *diskGuard {
+	return &diskGuard{disk: &n.disk, stall: &n.stall, every: n.cfg.DiskCheckInterval, stallTimeout: n.cfg.DiskStallTimeout,
+		dir: n.cfg.DataDir, logger: n.logger, shutdown: n.shutdown, goFunc: n.goFunc,
+		leading: n.IsLeader,
+		voters: func() ([]raft.Server, error) {
+			f := n.raft.GetConfiguration()
+			if err := f.Error(); err != nil {
+				return nil, err
+			}
+			var voters []raft.Server
+			for _, s := range f.Configuration().Servers {
+				if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.id) {
+					voters = append(voters, s)
+				}
+			}
+			return voters, nil
+		},
+		probe:    n.probe,
+		transfer: func(to raft.Server) error { return n.wait(n.raft.LeadershipTransferToServer(to.ID, to.Address)) },
+		timeoutNow: func(to raft.Server) error {
+			hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id),
+				Addr: n.trans.EncodePeer(raft.ServerID(n.id), raft.ServerAddress(n.addr))}
+			return n.raftTrans.TimeoutNow(to.ID, to.Address, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
+		},
+		holdRaft: n.mux.HoldRaft,
+	}
 }

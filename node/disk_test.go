@@ -324,11 +324,11 @@ func TestDiskLowLeaderHandsOff(t *testing.T) {
 		c.disk[n].fill()
 		require.Eventually(t, func() bool { return n.DiskStats().Low }, 5*time.Second, 5*time.Millisecond)
 	}
-	_, ok := l.voterWithSpace()
+	_, ok := guardDisk(l).voterWithSpace()
 	assert.False(t, ok, "no other voter has space")
 	c.disk[roomy].empty()
 	require.Eventually(t, func() bool {
-		s, ok := l.voterWithSpace()
+		s, ok := guardDisk(l).voterWithSpace()
 		return ok && s.ID == raft.ServerID(roomy.ID())
 	}, 5*time.Second, 10*time.Millisecond, "the voter with space is picked")
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
@@ -28,6 +30,29 @@ import (
 // the cluster's level (checkJoinLevel). memberMu keeps a join and a raise
 // from deciding on a membership the other is changing.
 
+// featureLevels decides the cluster's feature level on the leader: what
+// a proposal may carry (checkKind), whom a join may add (checkJoinLevel),
+// and how far the level may rise (raise). The level itself is the state
+// machine's; memberMu is the Node's (a join and a raise hold it).
+type featureLevels struct {
+	fsm      *fsm.FSM
+	self     string // this node's ID
+	max      int    // the highest level this binary supports (Config.maxFeatureLevel)
+	memberMu *sync.Mutex
+	logger   hclog.Logger
+
+	// What it acts through: the leader's catch-up (Node.catchUp), the
+	// members of the configuration and a probe of each, the node's
+	// write path, whether it still leads, and a sleep that ends at
+	// shutdown.
+	catchUp       func(context.Context) error
+	configuration func() ([]raft.Server, error)
+	probeAll      func(context.Context, []Peer) []probeResult
+	submit        func(context.Context, *fsm.Request) (*fsm.Result, error)
+	leading       func() bool
+	sleep         func(context.Context, time.Duration) error
+}
+
 // checkKindLevel refuses a request of a kind the cluster's level does not
 // have yet. The raise itself is exempt: FinalizeUpgrade checks members.
 func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
@@ -45,18 +70,18 @@ func checkKindLevel(k fsm.Kind, level int) *fsm.Error {
 // up and looks again. A catch-up that fails for a lost lead, or ends with
 // ctx, refuses nothing: the outcome's err says so, and nothing was
 // proposed.
-func (n *Node) checkKind(ctx context.Context, k fsm.Kind) outcome {
-	e := checkKindLevel(k, n.fsm.FeatureLevel())
+func (l *featureLevels) checkKind(ctx context.Context, k fsm.Kind) outcome {
+	e := checkKindLevel(k, l.fsm.FeatureLevel())
 	if e == nil {
 		return outcome{}
 	}
-	if err := n.catchUp(ctx); err != nil {
+	if err := l.catchUp(ctx); err != nil {
 		if lostLead(err) || errors.Is(err, raft.ErrRaftShutdown) {
 			err = ErrNotLeader
 		}
 		return outcome{err: err, definite: true}
 	}
-	if e = checkKindLevel(k, n.fsm.FeatureLevel()); e != nil {
+	if e = checkKindLevel(k, l.fsm.FeatureLevel()); e != nil {
 		return outcome{res: &fsm.Result{Err: e}}
 	}
 	return outcome{}
@@ -97,12 +122,12 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) error {
 		// Ask the members from here first: a leader of an older release
 		// has no finalize to run, and this node can name who holds the
 		// level back.
-		if _, _, err := n.planRaise(ctx); err != nil {
+		if _, _, err := n.levels.planRaise(ctx); err != nil {
 			return err
 		}
 	}
 	return n.onLeader(ctx, wire.MethodFinalizeUpgrade, 0, nil, func() error {
-		_, err := n.raiseFeatureLevel(ctx)
+		_, err := n.levels.raise(ctx)
 		return err
 	})
 }
@@ -110,36 +135,36 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) error {
 // planRaise returns the cluster's level and the level every member
 // supports, or why the level stays: a silent member, or one whose release
 // supports no higher level than the cluster's.
-func (n *Node) planRaise(ctx context.Context) (cur, target int, err error) {
-	cur = n.fsm.FeatureLevel()
-	target, behind, err := n.commonLevel(ctx)
+func (l *featureLevels) planRaise(ctx context.Context) (cur, target int, err error) {
+	cur = l.fsm.FeatureLevel()
+	target, behind, err := l.commonLevel(ctx)
 	if err != nil {
 		return cur, cur, err
 	}
-	if target <= cur && cur < n.cfg.maxFeatureLevel() {
+	if target <= cur && cur < l.max {
 		return cur, cur, &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
 			"the cluster stays at feature level %d: members %s support no higher level; upgrade them first", cur, strings.Join(behind, ", "))}
 	}
 	return cur, max(cur, target), nil
 }
 
-// raiseFeatureLevel, on the leader, raises the level to what every member
-// supports and returns it.
-func (n *Node) raiseFeatureLevel(ctx context.Context) (int, error) {
-	n.memberMu.Lock()
-	defer n.memberMu.Unlock()
-	cur, target, err := n.planRaise(ctx)
+// raise, on the leader, raises the level to what every member supports
+// and returns it.
+func (l *featureLevels) raise(ctx context.Context) (int, error) {
+	l.memberMu.Lock()
+	defer l.memberMu.Unlock()
+	cur, target, err := l.planRaise(ctx)
 	if err != nil || target == cur {
 		return cur, err // an error, or nothing newer to finalize
 	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetFeatureLevel, FeatureLevel: uint64(target)})
+	res, err := l.submit(ctx, &fsm.Request{Kind: fsm.KindSetFeatureLevel, FeatureLevel: uint64(target)})
 	if err != nil {
 		return cur, err
 	}
 	if res.Err != nil {
 		return cur, res.Err
 	}
-	n.logger.Info("raised the cluster's feature level", "from", cur, "to", target)
+	l.logger.Info("raised the cluster's feature level", "from", cur, "to", target)
 	return target, nil
 }
 
@@ -147,31 +172,31 @@ func (n *Node) raiseFeatureLevel(ctx context.Context) (int, error) {
 // its binary supports and returns the least, with the members below this
 // build's. A member that does not answer is an error: its release is not
 // known.
-func (n *Node) commonLevel(ctx context.Context) (int, []string, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+func (l *featureLevels) commonLevel(ctx context.Context) (int, []string, error) {
+	servers, err := l.configuration()
+	if err != nil {
 		return 0, nil, err
 	}
 	var peers []Peer
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) != n.id {
+	for _, s := range servers {
+		if string(s.ID) != l.self {
 			peers = append(peers, Peer{ID: string(s.ID), RaftAddr: string(s.Address)})
 		}
 	}
-	level := n.cfg.maxFeatureLevel()
+	level := l.max
 	var behind, silent []string
-	for _, r := range n.probeAll(ctx, peers) {
+	for _, r := range l.probeAll(ctx, peers) {
 		switch {
 		case r.err != nil:
 			silent = append(silent, fmt.Sprintf("%s (%v)", r.peer.ID, r.err))
 		case r.reply.ID != r.peer.ID:
 			silent = append(silent, fmt.Sprintf("%s (the node at %s is %q)", r.peer.ID, r.peer.RaftAddr, r.reply.ID))
 		default:
-			l := max(1, r.reply.FeatureLevel)
-			if l < n.cfg.maxFeatureLevel() {
-				behind = append(behind, fmt.Sprintf("%s (release %s, level %d)", r.peer.ID, orUnknown(r.reply.Version), l))
+			lv := max(1, r.reply.FeatureLevel)
+			if lv < l.max {
+				behind = append(behind, fmt.Sprintf("%s (release %s, level %d)", r.peer.ID, orUnknown(r.reply.Version), lv))
 			}
-			level = min(level, l)
+			level = min(level, lv)
 		}
 	}
 	sort.Strings(behind)
@@ -200,8 +225,8 @@ func orUnknown(v string) string {
 
 // checkJoinLevel refuses a newcomer whose binary does not support the
 // cluster's feature level: it would stop at the first entry it cannot read.
-func (n *Node) checkJoinLevel(id, release string, supported int) *fsm.Error {
-	if cur := n.fsm.FeatureLevel(); max(1, supported) < cur {
+func (l *featureLevels) checkJoinLevel(id, release string, supported int) *fsm.Error {
+	if cur := l.fsm.FeatureLevel(); max(1, supported) < cur {
 		return &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
 			"node %s runs release %s, which supports feature level %d, and the cluster is at %d: install this cluster's release on it",
 			id, orUnknown(release), max(1, supported), cur)}
@@ -212,16 +237,16 @@ func (n *Node) checkJoinLevel(id, release string, supported int) *fsm.Error {
 // raiseOnFounding makes a new cluster's first leader raise the level to
 // what its founders support, retrying while one has not answered yet
 // (until establish's deadline; then finalize-upgrade raises it).
-func (n *Node) raiseOnFounding(ctx context.Context) {
+func (l *featureLevels) raiseOnFounding(ctx context.Context) {
 	for {
-		level, err := n.raiseFeatureLevel(ctx)
+		level, err := l.raise(ctx)
 		if err == nil {
-			n.logger.Info("the cluster's feature level", "level", level)
+			l.logger.Info("the cluster's feature level", "level", level)
 			return
 		}
 		var silent *silentError
-		if !errors.As(err, &silent) || !n.IsLeader() || n.sleep(ctx, time.Second) != nil {
-			n.logger.Info("the new cluster stays at feature level 1 for now; rangealloc cluster finalize-upgrade raises it", "reason", err)
+		if !errors.As(err, &silent) || !l.leading() || l.sleep(ctx, time.Second) != nil {
+			l.logger.Info("the new cluster stays at feature level 1 for now; rangealloc cluster finalize-upgrade raises it", "reason", err)
 			return
 		}
 	}
@@ -235,4 +260,19 @@ func (c *Config) maxFeatureLevel() int {
 		return l
 	}
 	return fsm.MaxFeatureLevel
+}
+
+// newFeatureLevels builds n's feature-level decisions: what they read and
+// what they act through.
+func newFeatureLevels(n *Node) *featureLevels {
+	return &featureLevels{fsm: n.fsm, self: n.id, max: n.cfg.maxFeatureLevel(), memberMu: &n.memberMu, logger: n.logger,
+		catchUp: n.catchUp,
+		configuration: func() ([]raft.Server, error) {
+			f := n.raft.GetConfiguration()
+			if err := f.Error(); err != nil {
+				return nil, err
+			}
+			return f.Configuration().Servers, nil
+		},
+		probeAll: n.probeAll, submit: n.submit, leading: n.IsLeader, sleep: n.sleep}
 }

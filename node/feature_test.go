@@ -70,5 +70,5 @@ func TestKindAboveLevelRefused(t *testing.T) {
 
 	done, stop := context.WithCancel(context.Background())
 	stop()
-	assert.Equal(t, outcome{}, n.checkKind(done, fsm.KindTxn), "a kind the level has passes at once, without a catch-up")
+	assert.Equal(t, outcome{}, n.levels.checkKind(done, fsm.KindTxn), "a kind the level has passes at once, without a catch-up")
 }

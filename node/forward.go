@@ -564,7 +564,7 @@ func (s *rpcService) AddMember(m fsm.Member, reply *callReply) error {
 // FinalizeUpgrade raises the feature level for a follower (feature.go);
 // the argument is unused (net/rpc wants one).
 func (s *rpcService) FinalizeUpgrade(_ int, reply *callReply) error {
-	return s.run(reply, func(ctx context.Context) error { _, err := s.n.raiseFeatureLevel(ctx); return err })
+	return s.run(reply, func(ctx context.Context) error { _, err := s.n.levels.raise(ctx); return err })
 }
 
 // RemoveMember removes a member for a follower of a release before

@@ -214,7 +214,7 @@ func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	// A founding stopped before its restore may also have stopped before
 	// its level was raised (establish raises it only in the process that
 	// bootstrapped): finish that too.
-	n.raiseOnFounding(ctx)
+	n.levels.raiseOnFounding(ctx)
 	if err := durable.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
 		return err
 	}

@@ -431,7 +431,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			Message: fmt.Sprintf("node %s at %s holds state of another cluster (cluster %q, last index %d): it was started on its own "+
 				"or belongs elsewhere; empty its data directory and start it with --join to add it", m.ID, m.RaftAddr, r.ClusterID, r.LastIndex)}
 	}
-	if err := n.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
+	if err := n.levels.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
 		return err
 	}
 	f := n.raft.GetConfiguration()

@@ -51,6 +51,8 @@ type Node struct {
 
 	// commit is the leader's group commit (commit.go).
 	commit *groupCommit
+	// levels decides the cluster's feature level (feature.go).
+	levels *featureLevels
 	notify chan bool
 
 	// ready is true while this node is the leader and has applied an entry
@@ -146,7 +148,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
 		established: make(chan struct{})}
 	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown)
-	n.commit.admit, n.commit.wait, n.commit.onCommit = n.checkKind, n.wait, cfg.OnCommit
+	n.levels = newFeatureLevels(n)
+	n.commit.admit, n.commit.wait, n.commit.onCommit = n.levels.checkKind, n.wait, cfg.OnCommit
 	n.commit.apply = func(entry []byte) raft.ApplyFuture { return n.raft.Apply(entry, 0) }
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
@@ -271,8 +274,7 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	n.goFunc(n.leaderLoop)
 	n.startAutopilot()
 	n.goFunc(n.followLoop)
-	n.startDiskWatch()
-	n.startStallWatch()
+	guardDisk(n).start()
 	return nil
 }
 
@@ -597,7 +599,7 @@ func (n *Node) establish(gen uint64) {
 	n.settle(gen)
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.
-	n.raiseOnFounding(ctx)
+	n.levels.raiseOnFounding(ctx)
 	n.finishFounding(answered)
 }
 

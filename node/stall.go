@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"github.com/rangealloc/rangealloc/node/internal/storage"
-
-	"github.com/hashicorp/raft"
 )
 
 // A stalled disk: a write to the Raft log or stable store that has not
@@ -48,27 +46,27 @@ import (
 
 // stallLoop watches the store's writes, and holds this node's Raft
 // messages while one is stalled.
-func (n *Node) stallLoop() {
-	timeout := n.cfg.DiskStallTimeout
+func (g *diskGuard) stallLoop() {
+	timeout := g.stallTimeout
 	t := time.NewTicker(storage.StallCheckEvery(timeout))
 	defer t.Stop()
 	for {
 		var now time.Time
 		select {
-		case <-n.shutdown:
+		case <-g.shutdown:
 			return
 		case now = <-t.C:
 		}
-		switch tr, d := n.stall.Check(now, timeout); tr {
+		switch tr, d := g.stall.Check(now, timeout); tr {
 		case storage.StallBegan:
-			n.handOffForStall(stallHandOffWait)
-			n.mux.HoldRaft(true)
-			n.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
+			g.handOffForStall(stallHandOffWait)
+			g.holdRaft(true)
+			g.logger.Error("disk stalled: a write to the Raft log store has not returned; this node sends no Raft message "+
 				"until it does, so that the others elect a leader", "waiting", d.Round(time.Millisecond), "disk_stall_timeout", timeout,
-				"data_dir", n.cfg.DataDir)
+				"data_dir", g.dir)
 		case storage.StallEnded:
-			n.mux.HoldRaft(false)
-			n.logger.Warn("disk answers again; this node takes part in Raft again, as a follower if another node leads",
+			g.holdRaft(false)
+			g.logger.Warn("disk answers again; this node takes part in Raft again, as a follower if another node leads",
 				"stalled_for", d.Round(time.Millisecond))
 		}
 	}
@@ -83,26 +81,23 @@ func (n *Node) stallLoop() {
 // then elect on their timeouts as before. It waits at most wait, probes
 // included: a voter that does not answer must not keep the stalled
 // leader's heartbeats going.
-func (n *Node) handOffForStall(wait time.Duration) {
-	if !n.IsLeader() {
+func (g *diskGuard) handOffForStall(wait time.Duration) {
+	if !g.leading() {
 		return
 	}
 	done := make(chan struct{})
-	n.goFunc(func() {
+	g.goFunc(func() {
 		defer close(done)
-		to, ok := n.voterWithSpace()
+		to, ok := g.voterWithSpace()
 		if !ok {
 			return
 		}
-		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id),
-			Addr: n.trans.EncodePeer(raft.ServerID(n.id), raft.ServerAddress(n.addr))}
-		err := n.raftTrans.TimeoutNow(to.ID, to.Address, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
-		if err != nil {
-			n.logger.Warn("could not ask a voter to take over from this stalled leader; the others elect on their timeouts",
+		if err := g.timeoutNow(to); err != nil {
+			g.logger.Warn("could not ask a voter to take over from this stalled leader; the others elect on their timeouts",
 				"to", to.ID, "error", err)
 			return
 		}
-		n.logger.Info("asked a voter to take over from this stalled leader", "to", to.ID)
+		g.logger.Info("asked a voter to take over from this stalled leader", "to", to.ID)
 	})
 	select {
 	case <-done:
@@ -113,13 +108,6 @@ func (n *Node) handOffForStall(wait time.Duration) {
 // stallHandOffWait bounds how long a stalled leader waits for its
 // hand-off before it holds its Raft messages.
 const stallHandOffWait = 500 * time.Millisecond
-
-// startStallWatch starts stallLoop unless Config.DiskStallTimeout is 0.
-func (n *Node) startStallWatch() {
-	if n.cfg.DiskStallTimeout > 0 {
-		n.goFunc(n.stallLoop)
-	}
-}
 
 // DiskStalled reports whether a write to this node's Raft log or stable
 // store has gone unanswered for longer than Config.DiskStallTimeout.

@@ -99,7 +99,7 @@ founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangeallo
 wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
 strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
 member-removal-key-unremembered | node/members.go | s{if !retry && \(inTable \|\| requestID != ""\) \{}{if !retry \&\& inTable \{} | ./node/ | ^TestRemoveMemberRetried$
-disk-stall-never-held | node/stall.go | s{\t\t\tn\.mux\.HoldRaft\(true\)\n}{} | ./test/ | ^TestDiskStallLeaderGivesWay$
+disk-stall-never-held | node/stall.go | s{\t\t\tg\.holdRaft\(true\)\n}{} | ./test/ | ^TestDiskStallLeaderGivesWay$
 ready-before-pools | node/node.go | s{ && n\.settled\.Load\(\) == n\.leaderGen\.Load\(\)}{} | ./test/ | ^TestReadyNotBeforePools$
 snapshot-dir-not-synced | node/internal/storage/snapstore.go | s{if err := durable\.SyncDir\(tmp\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestE2EPowerCut$
 data-dir-parent-not-synced | internal/durable/durable.go | s{\treturn SyncDir\(parent\)\n}{\treturn nil\n} | ./test/ | ^TestE2EPowerCut$
