@@ -277,47 +277,46 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// backupLoop takes a backup every BackupInterval until the node closes.
+// loop takes a backup every interval until shutdown, and hands each
+// result to onBackup when set.
 //
 // A node restarts with its state machine at its last snapshot; the entries
 // its log holds after it are applied once a leader says they are
-// committed. Until the node has applied its log's last index at start, a
-// backup would hold less than the backups it wrote before (and pruning
-// would keep the older state over them), so the loop waits for that first,
-// looking again every second. Without a majority it waits for good, and
-// the newest backup stays the newest.
-func (n *Node) backupLoop() {
-	b := n.backups
+// committed. Until the node has applied its log's last index at start
+// (floor), a backup would hold less than the backups it wrote before (and
+// pruning would keep the older state over them), so the loop waits for
+// that first, looking again every second. Without a majority it waits for
+// good, and the newest backup stays the newest.
+func (b *backuper) loop(interval time.Duration, floor uint64, appliedIndex func() uint64, onBackup func(BackupResult), shutdown <-chan struct{}) {
 	b.removeTemps()
-	floor := n.raft.LastIndex()
-	t := time.NewTimer(b.firstDelay(n.cfg.BackupInterval))
+	t := time.NewTimer(b.firstDelay(interval))
 	defer t.Stop()
 	waiting := false
 	for {
 		select {
-		case <-n.shutdown:
+		case <-shutdown:
 			return
 		case <-t.C:
 		}
-		if applied := n.fsm.AppliedIndex(); applied < floor {
+		if applied := appliedIndex(); applied < floor {
 			if !waiting {
-				n.logger.Warn("scheduled backup waits: the state machine has applied less than this node's log held at start; a leader commits the rest",
+				b.logger.Warn("scheduled backup waits: the state machine has applied less than this node's log held at start; a leader commits the rest",
 					"applied_index", applied, "log_index_at_start", floor)
 				waiting = true
 			}
-			t.Reset(min(time.Second, n.cfg.BackupInterval))
+			t.Reset(min(time.Second, interval))
 			continue
 		}
 		if waiting {
-			n.logger.Info("scheduled backups resume", "applied_index", n.fsm.AppliedIndex())
+			b.logger.Info("scheduled backups resume", "applied_index", appliedIndex())
 			waiting = false
 		}
 		floor = 0
 		res := b.take()
-		if n.cfg.OnBackup != nil {
-			n.cfg.OnBackup(res)
+		if onBackup != nil {
+			onBackup(res)
 		}
-		t.Reset(n.cfg.BackupInterval)
+		t.Reset(interval)
 	}
 }
 
@@ -339,15 +338,16 @@ func checkBackupDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// startBackups starts the backup loop when Config.BackupDir is set, once
+// startBackups starts n's backup loop when Config.BackupDir is set, once
 // the node has founded or joined its cluster; the loop's first backup
-// waits until the node has applied what its log held at start.
-func (n *Node) startBackups() {
+// waits until the node has applied what its log holds now.
+func startBackups(n *Node) {
 	if n.cfg.BackupDir == "" {
 		return
 	}
 	n.backups = newBackuper(n.cfg.BackupDir, n.id, n.cfg.BackupRetain, n.fsm.WriteBackup, n.logger.Named("backup"))
-	n.goFunc(n.backupLoop)
+	floor := n.raft.LastIndex()
+	n.goFunc(func() { n.backups.loop(n.cfg.BackupInterval, floor, n.fsm.AppliedIndex, n.cfg.OnBackup, n.shutdown) })
 }
 
 // BackupStatus returns what this node's scheduled backups have done since

@@ -306,7 +306,7 @@ func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm
 			return err
 		}
 	}
-	n.startBackups()
+	startBackups(n)
 	n.logger.Info("node started", "id", n.id, "raft", n.addr, "existing_state", disk.HasState, "cluster_id", n.ClusterID())
 	return nil
 }
