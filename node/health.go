@@ -64,30 +64,44 @@ func (h *health) reset() {
 	h.mu.Unlock()
 }
 
-// startAutopilot creates the node's autopilot; it runs while the node leads.
-func (n *Node) startAutopilot() {
-	n.health.reset()
-	n.ap = autopilot.New(apRaft{n.raft}, apDelegate{n}, autopilot.WithLogger(n.logger.Named("autopilot")),
-		autopilot.WithUpdateInterval(healthInterval), autopilot.WithReconcileInterval(healthInterval),
-		autopilot.WithPromoter(promoter{autopilot.DefaultPromoter().(*autopilot.StablePromoter), n}))
+// memberWatch is the leader's watch of its members: autopilot, what it
+// learned (health), and the delegate autopilot calls. It reaches the node
+// (n) to probe members, read the configuration and remove a dead member.
+type memberWatch struct {
+	n  *Node
+	ap *autopilot.Autopilot
+	// mu keeps a start and a stop of consecutive leaderships in order.
+	mu     sync.Mutex
+	health health
 }
 
-// watchMembers starts autopilot when this node becomes the leader of
+// newMemberWatch creates n's autopilot; it runs while the node leads.
+func newMemberWatch(n *Node) *memberWatch {
+	w := &memberWatch{n: n}
+	w.health.reset()
+	w.ap = autopilot.New(apRaft{n.raft}, w, autopilot.WithLogger(n.logger.Named("autopilot")),
+		autopilot.WithUpdateInterval(healthInterval), autopilot.WithReconcileInterval(healthInterval),
+		autopilot.WithPromoter(promoter{autopilot.DefaultPromoter().(*autopilot.StablePromoter), n}))
+	return w
+}
+
+// follow starts autopilot when this node becomes the leader of
 // generation gen, and stops it when it loses leadership. Starting probes
 // every member once (a probe of a partitioned member waits out its
 // timeout), so it runs beside the leader's first entry rather than before
-// it; apMu keeps a start and a stop of consecutive generations in order.
-func (n *Node) watchMembers(leader bool, gen uint64) {
+// it; mu keeps a start and a stop of consecutive generations in order.
+func (w *memberWatch) follow(leader bool, gen uint64) {
+	n := w.n
 	if !leader {
-		n.apMu.Lock()
-		<-n.ap.Stop()
-		n.apMu.Unlock()
-		n.health.reset()
+		w.mu.Lock()
+		<-w.ap.Stop()
+		w.mu.Unlock()
+		w.health.reset()
 		return
 	}
 	n.goFunc(func() {
-		n.apMu.Lock()
-		defer n.apMu.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		select {
 		case <-n.shutdown:
 			return // close stops autopilot after closing shutdown
@@ -96,28 +110,34 @@ func (n *Node) watchMembers(leader bool, gen uint64) {
 		if n.leaderGen.Load() != gen || !n.IsLeader() {
 			return // lost it meanwhile
 		}
-		n.health.reset()
-		n.ap.Start(context.Background()) // Stop cancels it
+		w.health.reset()
+		w.ap.Start(context.Background()) // Stop cancels it
 	})
 }
 
-// apDelegate is autopilot's view of the application.
-type apDelegate struct{ n *Node }
+// stop stops autopilot, on close.
+func (w *memberWatch) stop() {
+	w.mu.Lock()
+	<-w.ap.Stop()
+	w.mu.Unlock()
+}
 
-func (d apDelegate) AutopilotConfig() *autopilot.Config {
+// The delegate: autopilot's view of the application.
+
+func (d *memberWatch) AutopilotConfig() *autopilot.Config {
 	return &autopilot.Config{CleanupDeadServers: d.n.cfg.CleanupDeadAfter > 0, LastContactThreshold: healthThreshold,
 		MaxTrailingLogs: promoteLag, MinQuorum: minVoters, ServerStabilizationTime: promoteAfter}
 }
 
-func (d apDelegate) NotifyState(s *autopilot.State) {
-	d.n.health.mu.Lock()
-	d.n.health.state = s
-	d.n.health.mu.Unlock()
+func (d *memberWatch) NotifyState(s *autopilot.State) {
+	d.health.mu.Lock()
+	d.health.state = s
+	d.health.mu.Unlock()
 }
 
 // FetchServerStats probes every member but this one, and reports each by
 // its last good probe.
-func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.ServerID]*autopilot.Server) map[raft.ServerID]*autopilot.ServerStats {
+func (d *memberWatch) FetchServerStats(ctx context.Context, servers map[raft.ServerID]*autopilot.Server) map[raft.ServerID]*autopilot.ServerStats {
 	n := d.n
 	var peers []Peer
 	for id, s := range servers {
@@ -129,9 +149,9 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 	now := time.Now()
 	out := map[raft.ServerID]*autopilot.ServerStats{}
 	if _, ok := servers[raft.ServerID(n.id)]; ok {
-		out[raft.ServerID(n.id)] = &autopilot.ServerStats{LastTerm: n.lastTerm(), LastIndex: n.fsm.AppliedIndex()}
+		out[raft.ServerID(n.id)] = &autopilot.ServerStats{LastTerm: d.lastTerm(), LastIndex: n.fsm.AppliedIndex()}
 	}
-	h := &n.health
+	h := &d.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range results {
@@ -152,7 +172,7 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 			if c.reply.Protocol < 2 {
 				// A node of the release before protocol 2 does not say its
 				// term: judge it by reachability and lag alone.
-				term = n.lastTerm()
+				term = d.lastTerm()
 			}
 			out[id] = &autopilot.ServerStats{LastContact: now.Sub(c.lastOK), LastTerm: term, LastIndex: c.reply.Applied}
 		}
@@ -162,7 +182,7 @@ func (d apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serve
 
 // probeProblem says why a probe does not count as hearing from the
 // member: "" when it does.
-func (d apDelegate) probeProblem(r probeResult) string {
+func (d *memberWatch) probeProblem(r probeResult) string {
 	switch {
 	case r.err != nil:
 		return r.err.Error()
@@ -195,7 +215,7 @@ func (c *contact) log(logger hclog.Logger, id string, now time.Time) {
 
 // KnownServers is the Raft configuration, each member alive unless the
 // leader has not reached it for CleanupDeadAfter.
-func (d apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
+func (d *memberWatch) KnownServers() map[raft.ServerID]*autopilot.Server {
 	n := d.n
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
@@ -203,15 +223,15 @@ func (d apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 	}
 	now := time.Now()
 	out := map[raft.ServerID]*autopilot.Server{}
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
+	d.health.mu.Lock()
+	defer d.health.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		srv := &autopilot.Server{ID: s.ID, Name: string(s.ID), Address: s.Address, NodeStatus: autopilot.NodeAlive,
 			RaftVersion: raft.ProtocolVersionMax, NodeType: nodeTypeNonvoter, IsLeader: string(s.ID) == n.id}
 		if s.Suffrage == raft.Voter {
 			srv.NodeType = autopilot.NodeVoter
 		}
-		if c := n.health.contacts[s.ID]; c != nil && string(s.ID) != n.id {
+		if c := d.health.contacts[s.ID]; c != nil && string(s.ID) != n.id {
 			last := c.lastOK
 			if last.IsZero() {
 				last = c.since
@@ -230,13 +250,13 @@ func (d apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 
 // RemoveFailedServer removes a member autopilot found dead, as
 // rangealloc cluster remove would: the member row, then the server.
-func (d apDelegate) RemoveFailedServer(s *autopilot.Server) {
+func (d *memberWatch) RemoveFailedServer(s *autopilot.Server) {
 	n := d.n
-	if _, busy := n.health.removing.LoadOrStore(s.ID, true); busy {
+	if _, busy := d.health.removing.LoadOrStore(s.ID, true); busy {
 		return // autopilot asks every round; one removal at a time
 	}
 	n.goFunc(func() {
-		defer n.health.removing.Delete(s.ID)
+		defer d.health.removing.Delete(s.ID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := n.removeMemberOnLeader(ctx, string(s.ID), ""); err != nil {
@@ -311,13 +331,14 @@ func (f errFuture) Error() error  { return f.err }
 func (f errFuture) Index() uint64 { return 0 }
 
 // lastTerm is the term of this node's last log entry.
-func (n *Node) lastTerm() uint64 {
-	t, _ := strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
+func (d *memberWatch) lastTerm() uint64 {
+	t, _ := strconv.ParseUint(d.n.raft.Stats()["last_log_term"], 10, 64)
 	return t
 }
 
 // memberHealth is the leader's health of each member of the configuration.
-func (n *Node) memberHealth() map[string]wire.MemberHealth {
+func (d *memberWatch) memberHealth() map[string]wire.MemberHealth {
+	n := d.n
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
@@ -325,15 +346,15 @@ func (n *Node) memberHealth() map[string]wire.MemberHealth {
 	last := n.raft.LastIndex()
 	now := time.Now()
 	out := map[string]wire.MemberHealth{}
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
+	d.health.mu.Lock()
+	defer d.health.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		var r *wire.ProbeReply
 		mh := wire.MemberHealth{LastContact: -1}
 		if id == n.id {
 			r, mh.LastContact = n.probeReply(), 0
-		} else if c := n.health.contacts[s.ID]; c != nil && c.reply != nil {
+		} else if c := d.health.contacts[s.ID]; c != nil && c.reply != nil {
 			r, mh.LastContact = c.reply, now.Sub(c.lastOK)
 		}
 		if r != nil {
@@ -344,8 +365,8 @@ func (n *Node) memberHealth() map[string]wire.MemberHealth {
 				mh.Lag = last - r.LastIndex
 			}
 		}
-		if n.health.state != nil {
-			if st := n.health.state.Servers[s.ID]; st != nil {
+		if d.health.state != nil {
+			if st := d.health.state.Servers[s.ID]; st != nil {
 				mh.Healthy = st.Health.Healthy
 			}
 		}
@@ -367,14 +388,14 @@ func (s *rpcService) Health(_ int, reply *wire.HealthReply) error {
 		reply.Err = &wireErr{NotLeader: true, Msg: "not the leader"}
 		return nil
 	}
-	reply.Members, reply.FeatureLevel = s.n.memberHealth(), s.n.fsm.FeatureLevel()
+	reply.Members, reply.FeatureLevel = s.n.watch.memberHealth(), s.n.fsm.FeatureLevel()
 	return nil
 }
 
 // leaderHealth asks the leader for its view; nil when it cannot.
 func (n *Node) leaderHealth(ctx context.Context) (*wire.HealthReply, error) {
 	if n.IsLeader() {
-		return &wire.HealthReply{Members: n.memberHealth(), FeatureLevel: n.fsm.FeatureLevel()}, nil
+		return &wire.HealthReply{Members: n.watch.memberHealth(), FeatureLevel: n.fsm.FeatureLevel()}, nil
 	}
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" {

@@ -17,7 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	autopilot "github.com/hashicorp/raft-autopilot"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/transport"
@@ -94,14 +93,12 @@ type Node struct {
 	// memberMu serializes the leader's membership decisions: a join's
 	// checks and a feature level raise (feature.go).
 	memberMu sync.Mutex
-	// ap runs member health, promotion and dead-member cleanup while this
-	// node leads; health is what it learned (health.go).
-	ap   *autopilot.Autopilot
-	apMu sync.Mutex
+	// watch runs member health, promotion and dead-member cleanup while
+	// this node leads (health.go).
+	watch *memberWatch
 	// restoreMu runs this leader's restores one at a time
 	// (restoreOnLeader).
 	restoreMu sync.Mutex
-	health    health
 	// backups writes the scheduled backups; nil without Config.BackupDir.
 	backups *backuper
 	// disk is what this node last read of its disk (disk.go).
@@ -272,7 +269,7 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	n.goFunc(n.commit.batchLoop)
 	n.goFunc(n.commit.resolveLoop)
 	n.goFunc(n.leaderLoop)
-	n.startAutopilot()
+	n.watch = newMemberWatch(n)
 	n.goFunc(n.followLoop)
 	guardDisk(n).start()
 	return nil
@@ -527,7 +524,7 @@ func (n *Node) leaderLoop() {
 		case leader := <-n.notify:
 			n.ready.Store(false)
 			gen := n.leaderGen.Add(1)
-			n.watchMembers(leader, gen)
+			n.watch.follow(leader, gen)
 			if !leader {
 				n.logger.Info("lost leadership")
 				continue
@@ -622,10 +619,8 @@ func (n *Node) close(handover bool) error {
 			}
 		}
 		close(n.shutdown)
-		if n.ap != nil {
-			n.apMu.Lock()
-			<-n.ap.Stop()
-			n.apMu.Unlock()
+		if n.watch != nil {
+			n.watch.stop()
 		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.closeErr = err
