@@ -59,7 +59,7 @@ type (
 func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 	if Consistency(args.Consistency) == Stale {
 		served(ctx, n.id)
-		return n.readLocal(args), nil
+		return readState(n.fsm, args), nil
 	}
 	return route(ctx, n, call[*readReply]{
 		local: func(ctx context.Context) (*readReply, bool, error) {
@@ -84,7 +84,7 @@ func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, er
 			return nil, err
 		}
 	}
-	return n.readLocal(args), nil
+	return readState(n.fsm, args), nil
 }
 
 // linearize makes a following local read linearizable: an empty command
@@ -129,43 +129,43 @@ func (n *Node) linearize(ctx context.Context) error {
 	}
 }
 
-// readLocal serves a read from this node's state.
-func (n *Node) readLocal(args *readArgs) *readReply {
+// readState serves a read from a state machine: this node's.
+func readState(f *fsm.FSM, args *readArgs) *readReply {
 	r := &readReply{}
 	var err error
 	switch args.Op {
 	case wire.ReadGet:
-		r.Alloc, err = n.fsm.Get(args.Pool, args.Value)
+		r.Alloc, err = f.Get(args.Pool, args.Value)
 	case wire.ReadList:
-		r.Allocs, r.Next, err = n.fsm.List(args.Pool, args.Owner, args.After, args.Limit)
+		r.Allocs, r.Next, err = f.List(args.Pool, args.Owner, args.After, args.Limit)
 	case wire.ReadPool:
 		var st fsm.PoolStatus
-		if st, err = n.fsm.Pool(args.Pool); err == nil {
+		if st, err = f.Pool(args.Pool); err == nil {
 			r.Pools = []poolWire{toWire(st)}
 		}
 	case wire.ReadPools:
-		for _, st := range n.fsm.Pools() {
+		for _, st := range f.Pools() {
 			r.Pools = append(r.Pools, toWire(st))
 		}
 	case wire.ReadRangeAllocation:
-		r.Range, r.Data, err = n.fsm.RangeAllocation(args.Pool)
+		r.Range, r.Data, err = f.RangeAllocation(args.Pool)
 	case wire.ReadBackup:
 		var buf bytesBuffer
-		if werr := n.fsm.WriteBackup(&buf); werr != nil {
+		if werr := f.WriteBackup(&buf); werr != nil {
 			err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: werr.Error()}
 		}
 		r.Data = buf.b
 	case wire.ReadService:
 		var rec fsm.ServiceRecord
-		if rec, err = n.fsm.Service(args.Namespace, args.Name); err == nil {
+		if rec, err = f.Service(args.Namespace, args.Name); err == nil {
 			r.Services = []fsm.ServiceRecord{rec}
 		}
 	case wire.ReadServices:
-		r.Services, r.Index = n.fsm.Services(args.Namespace)
+		r.Services, r.Index = f.Services(args.Namespace)
 	case wire.ReadServiceNetwork:
-		r.Network = n.fsm.ServiceNetwork()
+		r.Network = f.ServiceNetwork()
 	case wire.ReadReconcile:
-		r.Findings, r.Index, err = n.fsm.Reconcile(args.Fence, args.Services)
+		r.Findings, r.Index, err = f.Reconcile(args.Fence, args.Services)
 	default:
 		err = &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "unknown read " + string(args.Op)}
 	}
