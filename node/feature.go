@@ -51,6 +51,9 @@ type featureLevels struct {
 	submit        func(context.Context, *fsm.Request) (*fsm.Result, error)
 	leading       func() bool
 	sleep         func(context.Context, time.Duration) error
+	// probeLeader probes the leader this node knows of (an error when it
+	// knows none).
+	probeLeader func(context.Context) (*wire.ProbeReply, error)
 }
 
 // checkKindLevel refuses a request of a kind the cluster's level does not
@@ -103,6 +106,26 @@ func (n *Node) catchUp(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// atLeast tells whether the cluster's feature level is at least
+// level, for a proposer choosing an entry kind. This node's own view may
+// lag a raise committed just before (finalize-upgrade, or a new cluster's
+// founding, which raises its level in an entry). So when its view is
+// lower, a leader catches up (catchUp), and a follower asks the leader,
+// which leads only once it has applied an entry of its term, for the level
+// it has applied. Both are best effort: on any failure this node's view
+// answers, and it is never above the cluster's.
+func (l *featureLevels) atLeast(ctx context.Context, level int) bool {
+	if l.fsm.FeatureLevel() >= level {
+		return true
+	}
+	if l.leading() {
+		_ = l.catchUp(ctx)
+	} else if r, err := l.probeLeader(ctx); err == nil && r.Leader && r.ClusterLevel >= level {
+		return true
+	}
+	return l.fsm.FeatureLevel() >= level
 }
 
 // refusedForLevel tells whether res is checkKindLevel's refusal, which a
@@ -274,5 +297,12 @@ func newFeatureLevels(n *Node) *featureLevels {
 			}
 			return f.Configuration().Servers, nil
 		},
-		probeAll: n.probeAll, submit: n.submit, leading: n.IsLeader, sleep: n.sleep}
+		probeAll: n.probeAll, submit: n.submit, leading: n.IsLeader, sleep: n.sleep,
+		probeLeader: func(ctx context.Context) (*wire.ProbeReply, error) {
+			addr, _ := n.raft.LeaderWithID()
+			if addr == "" {
+				return nil, ErrNoLeader
+			}
+			return n.probe(ctx, string(addr))
+		}}
 }

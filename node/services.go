@@ -57,7 +57,7 @@ func (n *Node) submitChecked(ctx context.Context, req *fsm.Request) (*fsm.Result
 // with clusterIPs only has to match clusterIPs[0], and is checked here.
 func (n *Node) PutService(ctx context.Context, spec service.Spec, dryRun bool, requestID string) (ServiceWrite, error) {
 	kind := fsm.KindPutServiceV2
-	if spec.ClusterIP == "" || len(spec.ClusterIPs) > 0 || !n.levelAtLeast(ctx, fsm.KindLevel(fsm.KindPutServiceV2)) {
+	if spec.ClusterIP == "" || len(spec.ClusterIPs) > 0 || !n.levels.atLeast(ctx, fsm.KindLevel(fsm.KindPutServiceV2)) {
 		kind = fsm.KindPutService
 		if err := service.FoldClusterIP(&spec); err != nil {
 			return ServiceWrite{}, fsm.InvalidService(spec.Name, err)
@@ -68,28 +68,6 @@ func (n *Node) PutService(ctx context.Context, spec service.Spec, dryRun bool, r
 		return ServiceWrite{}, err
 	}
 	return ServiceWrite{ServiceRecord: *res.Service, Created: res.Created}, nil
-}
-
-// levelAtLeast tells whether the cluster's feature level is at least
-// level, for a proposer choosing an entry kind. This node's own view may
-// lag a raise committed just before (finalize-upgrade, or a new cluster's
-// founding, which raises its level in an entry). So when its view is
-// lower, a leader catches up (catchUp), and a follower asks the leader,
-// which leads only once it has applied an entry of its term, for the level
-// it has applied. Both are best effort: on any failure this node's view
-// answers, and it is never above the cluster's.
-func (n *Node) levelAtLeast(ctx context.Context, level int) bool {
-	if n.fsm.FeatureLevel() >= level {
-		return true
-	}
-	if n.IsLeader() {
-		_ = n.catchUp(ctx)
-	} else if addr, _ := n.raft.LeaderWithID(); addr != "" {
-		if r, err := n.probe(ctx, string(addr)); err == nil && r.Leader && r.ClusterLevel >= level {
-			return true
-		}
-	}
-	return n.fsm.FeatureLevel() >= level
 }
 
 // DeleteService deletes a Service and releases exactly its values, in one
