@@ -50,7 +50,7 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 				Message: fmt.Sprintf("owner %q: owners under %q are the Services' own; write the Service instead", op.Owner, fsm.ServiceOwnerPrefix)}
 		}
 	}
-	if err := n.checkResultSize(ops); err != nil {
+	if err := checkResultSize(n.fsm.FeatureLevel(), ops); err != nil {
 		return nil, err
 	}
 	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindTxn, ID: requestID, Ops: ops})
@@ -63,15 +63,15 @@ func (n *Node) Txn(ctx context.Context, ops []fsm.Op, requestID string) ([][]fsm
 	return res.Allocations(), nil
 }
 
-// checkResultSize refuses, below feature level 4, a transaction whose
+// checkResultSize refuses, at a level below 4, a transaction whose
 // answer could encode to more than the 1 MiB a snapshot keeps of a
 // remembered result: applied, it would stop every snapshot until its
 // result left the request table. From level 4 the state machine refuses
 // exactly those whose answer is too large. The bound counts, per value,
 // its pool's name, the longest value (an IPv6 address), the owner (any
 // owner, for a release) and the record's flags and revision.
-func (n *Node) checkResultSize(ops []fsm.Op) error {
-	if n.fsm.FeatureLevel() >= fsm.LevelBoundedResults {
+func checkResultSize(level int, ops []fsm.Op) error {
+	if level >= fsm.LevelBoundedResults {
 		return nil
 	}
 	const longestValue, perValue, limit = 39, 16, fsm.MaxRememberedResult
