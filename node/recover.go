@@ -178,17 +178,19 @@ func Recover(cfg RecoverConfig) (res RecoverResult, err error) {
 	defer n.store.Close()
 	_, trans := raft.NewInmemTransport("")
 	defer trans.Close()
-	if err := n.recoverStores(cfg, &res, logs, snaps, trans); err != nil {
+	if err := recoverStores(cfg, &res, logs, n.store, snaps, trans, logger); err != nil {
 		return res, err
 	}
 	res.Took = time.Since(start)
 	return res, nil
 }
 
-// recoverStores reads the old configuration and the last entry, then,
-// unless it is a dry run, writes the new configuration.
-func (n *Node) recoverStores(cfg RecoverConfig, res *RecoverResult, logs raft.LogStore, snaps raft.SnapshotStore, trans raft.Transport) error {
-	old, err := oldConfiguration(n.raftConfig(res.ID), logs, n.store, snaps, trans)
+// recoverStores reads the old configuration and the last entry from the
+// stores of cfg.DataDir, then, unless it is a dry run, writes the new
+// configuration.
+func recoverStores(cfg RecoverConfig, res *RecoverResult, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore,
+	trans raft.Transport, logger hclog.Logger) error {
+	old, err := oldConfiguration(raftConfig(res.ID, logger), logs, stable, snaps, trans)
 	if err != nil {
 		return err
 	}
@@ -203,21 +205,21 @@ func (n *Node) recoverStores(cfg RecoverConfig, res *RecoverResult, logs raft.Lo
 		return err
 	}
 	if res.LastIndex == 0 {
-		return fmt.Errorf("%w: %s holds no log entry and no snapshot: there is nothing to recover", ErrRecoverRefused, n.cfg.DataDir)
+		return fmt.Errorf("%w: %s holds no log entry and no snapshot: there is nothing to recover", ErrRecoverRefused, cfg.DataDir)
 	}
 	if cfg.DryRun {
 		return nil
 	}
 	err = storage.Safely("recover", func() error {
-		return raft.RecoverCluster(n.raftConfig(res.ID), fsm.New(hclog.NewNullLogger()), logs, n.store, snaps, trans, conf)
+		return raft.RecoverCluster(raftConfig(res.ID, logger), fsm.New(hclog.NewNullLogger()), logs, stable, snaps, trans, conf)
 	})
 	if err != nil {
-		return fmt.Errorf("recover %s: %w", n.cfg.DataDir, err)
+		return fmt.Errorf("recover %s: %w", cfg.DataDir, err)
 	}
 	kept, err := snaps.List()
 	if err != nil || len(kept) == 0 || kept[0].Index != res.LastIndex {
 		return fmt.Errorf("recover %s: the new snapshot is not the newest or does not end at index %d (%d snapshots, %v)",
-			n.cfg.DataDir, res.LastIndex, len(kept), err)
+			cfg.DataDir, res.LastIndex, len(kept), err)
 	}
 	return nil
 }
@@ -225,10 +227,10 @@ func (n *Node) recoverStores(cfg RecoverConfig, res *RecoverResult, logs raft.Lo
 // raftConfig is the Raft configuration Recover hands hashicorp/raft: the
 // defaults Open starts from (the snapshot version follows the protocol
 // version), this node's ID, and the node's logger.
-func (n *Node) raftConfig(id string) *raft.Config {
+func raftConfig(id string, logger hclog.Logger) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
-	rc.Logger = n.logger.Named("raft")
+	rc.Logger = logger.Named("raft")
 	return rc
 }
 
