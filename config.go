@@ -81,12 +81,22 @@ type Advanced struct {
 	TrailingLogs uint64
 	// MinFreeDisk is the free space, in bytes, below which the node
 	// refuses writes with ErrInsufficientStorage. Default 256 MiB; 0
-	// takes the default (the floor cannot be turned off here).
-	MinFreeDisk uint64
+	// takes the default. NoMinFreeDisk turns the floor off.
+	MinFreeDisk   uint64
+	NoMinFreeDisk bool
 	// DiskStallTimeout is how long a write to the Raft log may take before
 	// the node calls its disk stalled and stops speaking for it, so that
-	// the others elect a leader with a working disk. Default 2s.
+	// the others elect a leader with a working disk. Default 2s; a
+	// negative value turns the watch off.
 	DiskStallTimeout time.Duration
+	// CleanupDeadAfter, when positive, makes the leader remove a member it
+	// has not reached for that long, once enough voters remain (at least
+	// three). Default 0: dead members stay until removed.
+	CleanupDeadAfter time.Duration
+	// FoundEmpty lets a node without state found an empty cluster although
+	// BackupDir holds backups, which otherwise refuses to found: it would
+	// drop what those backups hold.
+	FoundEmpty bool
 	// Nonvoter, with Join, keeps this node a non-voter: a read replica.
 	// Without Join it is refused.
 	Nonvoter bool

@@ -100,7 +100,12 @@ func (cfg Config) node() (node.Config, error) {
 	set(&nc.HeartbeatTimeout, a.HeartbeatTimeout)
 	set(&nc.ElectionTimeout, a.ElectionTimeout)
 	set(&nc.LeaderLeaseTimeout, a.LeaderLeaseTimeout)
-	set(&nc.DiskStallTimeout, a.DiskStallTimeout)
+	switch {
+	case a.DiskStallTimeout < 0:
+		nc.DiskStallTimeout = 0 // off
+	case a.DiskStallTimeout > 0:
+		nc.DiskStallTimeout = a.DiskStallTimeout
+	}
 	set(&nc.BackupInterval, a.BackupInterval)
 	if a.LogStore != "" {
 		nc.LogStore = a.LogStore
@@ -111,13 +116,19 @@ func (cfg Config) node() (node.Config, error) {
 	if a.TrailingLogs != 0 {
 		nc.TrailingLogs = a.TrailingLogs
 	}
-	if a.MinFreeDisk != 0 {
+	switch {
+	case a.NoMinFreeDisk && a.MinFreeDisk != 0:
+		return nc, errors.New("Advanced.MinFreeDisk and Advanced.NoMinFreeDisk exclude each other: set a floor, or turn it off")
+	case a.NoMinFreeDisk:
+		nc.MinFreeDisk = 0 // off
+	case a.MinFreeDisk != 0:
 		nc.MinFreeDisk = a.MinFreeDisk
 	}
 	if a.BackupRetain != 0 {
 		nc.BackupRetain = a.BackupRetain
 	}
 	nc.Nonvoter, nc.BackupDir, nc.RestoreFrom = a.Nonvoter, a.BackupDir, a.RestoreFrom
+	nc.CleanupDeadAfter, nc.FoundEmpty = a.CleanupDeadAfter, a.FoundEmpty
 	return nc, nil
 }
 
