@@ -25,7 +25,8 @@ var (
 )
 
 // program runs calls a control plane makes against a, and writes down what
-// each answered: values, or the error's code and the names of its details.
+// each answered: values, or the error's code and its details, each with
+// its Go type.
 // Values the pool draws are written as their band, so two clusters of
 // the same config give the same transcript.
 func program(ctx context.Context, a rangealloc.Allocator) []string {
@@ -37,8 +38,8 @@ func program(ctx context.Context, a rangealloc.Allocator) []string {
 			out = append(out, fmt.Sprintf("%s = %v", call, v))
 		case errors.As(err, &e):
 			var keys []string
-			for k := range e.Details {
-				keys = append(keys, k)
+			for k, v := range e.Details {
+				keys = append(keys, fmt.Sprintf("%s=%v(%T)", k, v, v))
 			}
 			sort.Strings(keys)
 			out = append(out, fmt.Sprintf("%s: %s %v", call, e.Code, keys))
@@ -139,8 +140,8 @@ func TestOneInterfaceTwoTransports(t *testing.T) {
 	require.Equal(t, in, over, "the same program in process and over HTTP")
 	t.Logf("transcript:\n%s", strings.Join(in, "\n"))
 	// The program reaches the failures it means to.
-	for _, want := range []string{"AlreadyAllocated [owner]", "NotInRange", "PoolNotFound", "InvalidArgument [op]",
-		"OwnedByService", "ServiceNotFound", "PoolOverlap [pool]", "MemberNotFound"} {
+	for _, want := range []string{"AlreadyAllocated [owner=kube-system/dns(string)]", "NotInRange", "PoolNotFound", "InvalidArgument [op=1(int)]",
+		"OwnedByService", "ServiceNotFound", "PoolOverlap [pool=nodeport(string)]", "MemberNotFound"} {
 		require.Contains(t, strings.Join(in, "\n"), want)
 	}
 }

@@ -91,13 +91,31 @@ const drawnKeyPrefix = "rangealloc:"
 // key to retry under, since the node may have applied it.
 func remoteErr(err error) error { return remoteWriteErr(err, "") }
 
+// details gives the numbers of an answer's details the Go types a node
+// in process gives them: JSON carries every number as a float64.
+func details(d map[string]any) map[string]any {
+	for k, v := range d {
+		f, ok := v.(float64)
+		if !ok {
+			continue
+		}
+		switch k {
+		case "op":
+			d[k] = int(f)
+		case "lastIndex":
+			d[k] = uint64(f)
+		}
+	}
+	return d
+}
+
 func remoteWriteErr(err error, key string) error {
 	var e *Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &e):
-		return types.NewError(e.Code, e.Message, e.Details, e)
+		return types.NewError(e.Code, e.Message, details(e.Details), e)
 	case key != "":
 		return types.NewError(types.CodeUnavailable, "outcome unknown: the request may or may not have been applied; retry with the same Idempotency-Key: "+err.Error(),
 			map[string]any{"idempotencyKey": key, "cause": err.Error()}, err)

@@ -45,8 +45,10 @@ type Error struct {
 	Message string
 	// Details hold what the code needs: "owner" (the holder of a value),
 	// "pool" (an overlapping pool), "field" (the Service field at fault),
-	// "op" (the failing operation of a transaction), "idempotencyKey"
-	// (the key to retry an unknown outcome with).
+	// "idempotencyKey" (the key to retry an unknown outcome with), all
+	// strings; "op" (an int: the failing operation of a transaction);
+	// "clusterId" (a string) and "lastIndex" (a uint64) of a newcomer a
+	// join refused because it holds state (NodeNotEmpty).
 	Details map[string]any
 	cause   error
 }
