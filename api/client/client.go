@@ -194,6 +194,31 @@ func (o Options) query() url.Values {
 	return q
 }
 
+// named refuses, without a request, an empty name, which a path cannot
+// carry: it answers what a node answers for a name that names nothing
+// (code, with its status), so that a call over HTTP and one in process
+// fail alike.
+func named(what, name string, status int, code string) error {
+	if name != "" {
+		return nil
+	}
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf("the %s is empty", what)}
+}
+
+// namedPool refuses an empty pool name, as a node answers a pool it does
+// not have.
+func namedPool(name string) error {
+	return named("pool name", name, http.StatusNotFound, types.CodePoolNotFound)
+}
+
+// namedValue refuses an empty pool name, then an empty value.
+func namedValue(pool, value string) error {
+	if err := namedPool(pool); err != nil {
+		return err
+	}
+	return named("value", value, http.StatusBadRequest, types.CodeInvalidArgument)
+}
+
 func poolPath(name string, rest ...string) string {
 	p := "/v1/pools/" + url.PathEscape(name)
 	for _, r := range rest {
@@ -211,6 +236,9 @@ func (c *Client) Pools(ctx context.Context, o Options) ([]types.Pool, error) {
 
 // Pool returns one pool.
 func (c *Client) Pool(ctx context.Context, name string, o Options) (types.Pool, error) {
+	if err := namedPool(name); err != nil {
+		return types.Pool{}, err
+	}
 	var out types.Pool
 	_, err := c.do(ctx, http.MethodGet, poolPath(name), o.query(), nil, nil, &out)
 	return out, err
@@ -218,18 +246,27 @@ func (c *Client) Pool(ctx context.Context, name string, o Options) (types.Pool, 
 
 // CreatePool creates a pool; created is false when an identical one existed.
 func (c *Client) CreatePool(ctx context.Context, name, rng string, o Options) (p types.Pool, created bool, err error) {
+	if err := named("pool name", name, http.StatusBadRequest, types.CodeInvalidArgument); err != nil {
+		return types.Pool{}, false, err
+	}
 	meta, err := c.do(ctx, http.MethodPut, poolPath(name), nil, o.header(), jsonBody(types.CreatePoolRequest{Range: rng}), &p)
 	return p, meta.Status == http.StatusCreated, err
 }
 
 // DeletePool deletes an empty pool.
 func (c *Client) DeletePool(ctx context.Context, name string, o Options) error {
+	if err := namedPool(name); err != nil {
+		return err
+	}
 	_, err := c.do(ctx, http.MethodDelete, poolPath(name), nil, o.header(), nil, nil)
 	return err
 }
 
 // RangeAllocation returns a pool as Kubernetes' RangeAllocation.
 func (c *Client) RangeAllocation(ctx context.Context, name string, o Options) (types.RangeAllocation, error) {
+	if err := namedPool(name); err != nil {
+		return types.RangeAllocation{}, err
+	}
 	var out types.RangeAllocation
 	_, err := c.do(ctx, http.MethodGet, poolPath(name, "rangeallocation"), o.query(), nil, nil, &out)
 	return out, err
@@ -237,6 +274,9 @@ func (c *Client) RangeAllocation(ctx context.Context, name string, o Options) (t
 
 // Allocate takes value (or a dynamic value when value is "").
 func (c *Client) Allocate(ctx context.Context, pool, value, owner string, o Options) (types.Allocation, Meta, error) {
+	if err := namedPool(pool); err != nil {
+		return types.Allocation{}, Meta{}, err
+	}
 	var out types.Allocation
 	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
 		jsonBody(types.AllocateRequest{Value: value, Owner: owner}), &out)
@@ -245,6 +285,9 @@ func (c *Client) Allocate(ctx context.Context, pool, value, owner string, o Opti
 
 // AllocateCount takes count dynamic values in one request.
 func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count int, o Options) ([]types.Allocation, Meta, error) {
+	if err := namedPool(pool); err != nil {
+		return nil, Meta{}, err
+	}
 	var out types.AllocationList
 	meta, err := c.do(ctx, http.MethodPost, poolPath(pool, "allocations"), nil, o.header(),
 		jsonBody(types.AllocateRequest{Owner: owner, Count: &count}), &out)
@@ -253,6 +296,9 @@ func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count in
 
 // Get returns the allocation of a value.
 func (c *Client) Get(ctx context.Context, pool, value string, o Options) (types.Allocation, Meta, error) {
+	if err := namedValue(pool, value); err != nil {
+		return types.Allocation{}, Meta{}, err
+	}
 	var out types.Allocation
 	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations", value), o.query(), nil, nil, &out)
 	return out, meta, err
@@ -271,6 +317,9 @@ func (c *Client) List(ctx context.Context, pool, owner, after string, limit int,
 // ListPage is List with the whole answer and its metadata (which node
 // served it).
 func (c *Client) ListPage(ctx context.Context, pool, owner, after string, limit int, o Options) (types.AllocationList, Meta, error) {
+	if err := namedPool(pool); err != nil {
+		return types.AllocationList{}, Meta{}, err
+	}
 	q := o.query()
 	if owner != "" {
 		q.Set("owner", owner)
@@ -305,6 +354,9 @@ func (c *Client) ListAll(ctx context.Context, pool, owner string, o Options) ([]
 
 // Release frees a value; with owner set, only if that owner holds it.
 func (c *Client) Release(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
+	if err := namedValue(pool, value); err != nil {
+		return Meta{}, err
+	}
 	q := url.Values{}
 	if owner != "" {
 		q.Set("owner", owner)
@@ -343,6 +395,9 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 // RemoveMemberWith removes a member; o.IdempotencyKey makes a retry answer
 // as the first call did.
 func (c *Client) RemoveMemberWith(ctx context.Context, id string, o Options) error {
+	if err := named("member ID", id, http.StatusNotFound, types.CodeMemberNotFound); err != nil {
+		return err
+	}
 	_, err := c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, o.header(), nil, nil)
 	return err
 }

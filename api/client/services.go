@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -23,6 +24,23 @@ func (o ServiceOptions) query() url.Values {
 	return q
 }
 
+// namedService refuses an empty namespace or name: for a write (put),
+// as a node refuses such a Service (Invalid, naming the field); for a
+// read or a delete, as a node answers a Service it does not have.
+func namedService(namespace, name string, put bool) error {
+	for _, f := range []struct{ field, v string }{{"metadata.namespace", namespace}, {"metadata.name", name}} {
+		if f.v != "" {
+			continue
+		}
+		if put {
+			return &Error{Status: http.StatusUnprocessableEntity, Code: types.CodeInvalid,
+				Message: fmt.Sprintf("%s: Required value", f.field), Details: map[string]any{"field": f.field}}
+		}
+		return named(f.field, f.v, http.StatusNotFound, types.CodeServiceNotFound)
+	}
+	return nil
+}
+
 func servicePath(namespace, name string) string {
 	return "/v1/services/" + url.PathEscape(namespace) + "/" + url.PathEscape(name)
 }
@@ -30,12 +48,18 @@ func servicePath(namespace, name string) string {
 // PutService creates or updates a Service and returns it completed;
 // created is true on a create (201).
 func (c *Client) PutService(ctx context.Context, svc types.Service, o ServiceOptions) (out types.Service, created bool, err error) {
+	if err := namedService(svc.Namespace, svc.Name, true); err != nil {
+		return types.Service{}, false, err
+	}
 	meta, err := c.do(ctx, http.MethodPut, servicePath(svc.Namespace, svc.Name), o.query(), o.header(), jsonBody(svc), &out)
 	return out, meta.Status == http.StatusCreated, err
 }
 
 // GetService returns one Service.
 func (c *Client) GetService(ctx context.Context, namespace, name string, o Options) (types.Service, error) {
+	if err := namedService(namespace, name, false); err != nil {
+		return types.Service{}, err
+	}
 	var out types.Service
 	_, err := c.do(ctx, http.MethodGet, servicePath(namespace, name), o.query(), nil, nil, &out)
 	return out, err
@@ -57,6 +81,9 @@ func (c *Client) ListServices(ctx context.Context, namespace string, o Options) 
 // the Service's record then names a value it no longer holds, which a
 // reconcile reports as missing.
 func (c *Client) ReleaseForce(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
+	if err := namedValue(pool, value); err != nil {
+		return Meta{}, err
+	}
 	q := url.Values{"force": {"true"}}
 	if owner != "" {
 		q.Set("owner", owner)
@@ -66,6 +93,9 @@ func (c *Client) ReleaseForce(ctx context.Context, pool, value, owner string, o 
 
 // DeleteService deletes a Service, releasing its values, and returns it.
 func (c *Client) DeleteService(ctx context.Context, namespace, name string, o ServiceOptions) (types.Service, error) {
+	if err := namedService(namespace, name, false); err != nil {
+		return types.Service{}, err
+	}
 	var out types.Service
 	_, err := c.do(ctx, http.MethodDelete, servicePath(namespace, name), o.query(), o.header(), nil, &out)
 	return out, err
