@@ -33,8 +33,8 @@ type Config struct {
 	// (transport.Mux.DialProbe).
 	DialProbe func(addr string, timeout time.Duration) (net.Conn, error)
 	// Leader returns the address of the leader this node knows now, ""
-	// when it knows none. A call in flight to another address is
-	// abandoned (see Call).
+	// when it knows none. A write, read or restore in flight to another
+	// address is abandoned (see pool.call). Nil: none is.
 	Leader func() string
 	// BatchWait bounds how long the batch sender holds a batch open for
 	// the writes it expects.
@@ -63,6 +63,9 @@ type Client struct {
 func New(cfg Config) *Client {
 	if cfg.Go == nil {
 		cfg.Go = func(f func()) { go f() }
+	}
+	if cfg.Leader == nil {
+		cfg.Leader = func() string { return "" }
 	}
 	return &Client{cfg: cfg, leaders: newPool(cfg.Dial), probes: newPool(cfg.DialProbe), batchers: map[string]*batcher{}}
 }
