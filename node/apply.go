@@ -46,9 +46,8 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 		},
 		local: func(ctx context.Context) (*fsm.Result, bool, error) { return applied(n.propose(ctx, req)) },
 		remote: func(ctx context.Context, addr string) (*fsm.Result, bool, error) {
-			o := n.forwardSubmit(ctx, addr, req)
-			o.err = refusedForwarding(o.err)
-			return applied(o)
+			o := n.fwd.Submit(ctx, addr, req)
+			return applied(outcome{res: o.Result, err: refusedForwarding(o.Err), definite: o.Definite})
 		},
 		// A refusal decided without the request table (a node low on
 		// disk, a level not reached, a forwarding refused) cannot say

@@ -8,7 +8,7 @@
 //	Allocate ─▶ submit ─▶ route ─┬─ leader:   propose ─▶ batchLoop ─▶ raft.Apply ─▶ fsm.Apply
 //	                             │                         (group commit)        │
 //	                             │            result ◀──── resolveLoop ◀─────────┘
-//	                             └─ follower: forwardSubmit ─▶ SubmitBatch RPC ─▶ the leader's propose
+//	                             └─ follower: fwd.Submit ─▶ SubmitBatch RPC ─▶ the leader's propose
 //
 // Every client call goes through route (route.go): served here when this
 // node leads, else forwarded to the leader, and retried until it has an
@@ -27,7 +27,7 @@
 //	commit.go              the leader's group commit (batchLoop, resolveLoop)
 //	read.go, write.go      reads at a consistency; writes, backup and restore
 //	services.go            Kubernetes Services, reconcile, import
-//	forward.go, fwdbatch.go  the forwarding RPC: client, batching, and the server side
+//	forward.go, fwdbatch.go  the forwarding RPC's server side: the leader's end of every call
 //	membership.go          founding a cluster, joining one, the cluster ID
 //	foundfrom.go           founding from a backup; refusing a lost cluster's node
 //	members.go             adding, removing and transferring members
@@ -37,7 +37,9 @@
 //	disk.go, stall.go      a full disk and a stalled disk
 //	backup.go, recover.go  scheduled backups; recovering a cluster that lost its quorum
 //	internal/storage       the data directory: log stores, snapshots, markers, checks
+//	internal/forward       the forwarding RPC's client: a connection per leader, batched writes
 //	internal/wire          the messages of the forwarding RPC
+//	internal/nodeerr       the sentinel errors (ErrClosed, …), for the subpackages to share
 //
 // # Invariants
 //

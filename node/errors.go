@@ -1,31 +1,33 @@
 package node
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/rangealloc/rangealloc/node/internal/nodeerr"
 	"github.com/rangealloc/rangealloc/node/internal/storage"
 )
 
 // Errors of the node. Domain failures (RangeFull, AlreadyAllocated, …) are
 // *fsm.Error values; match them with errors.Is(err, &fsm.Error{Code: …}).
+// The sentinels are the values of package nodeerr, where node's
+// subpackages (the forwarding client) return and recognise them.
 var (
 	// ErrNoLeader means no leader was known or reachable before the call's
 	// deadline. Definite: nothing was applied; retrying is safe.
-	ErrNoLeader = errors.New("no leader")
+	ErrNoLeader = nodeerr.ErrNoLeader
 	// ErrNotLeader means this node cannot serve the call itself and was
 	// asked not to forward it. Definite.
-	ErrNotLeader = errors.New("not the leader")
+	ErrNotLeader = nodeerr.ErrNotLeader
 	// ErrUnknownOutcome means the request was handed to Raft (or to the
 	// leader) and its outcome is unknown: it may or may not have been
 	// applied. Retry with the same request ID to learn it; see
 	// UnknownOutcomeError.
-	ErrUnknownOutcome = errors.New("outcome unknown")
+	ErrUnknownOutcome = nodeerr.ErrUnknownOutcome
 	// ErrClosed means the node was closed.
-	ErrClosed = errors.New("node closed")
+	ErrClosed = nodeerr.ErrClosed
 	// ErrInvalidBackup means a backup given to Restore does not decode or
 	// does not validate. Nothing was changed.
-	ErrInvalidBackup = errors.New("invalid backup")
+	ErrInvalidBackup = nodeerr.ErrInvalidBackup
 )
 
 // UnknownOutcomeError is returned when a write's outcome is unknown when the

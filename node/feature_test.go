@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -25,16 +24,6 @@ func TestProtocolRefusesNewer(t *testing.T) {
 	require.NotNil(t, e.Domain)
 	assert.Equal(t, fsm.CodeVersionMismatch, e.Domain.Code)
 	assert.Contains(t, e.Domain.Message, "leader n1")
-}
-
-// TestOlderLeader: net/rpc's answer for a method the leader's release does
-// not have is a definite VersionMismatch; other errors are not.
-func TestOlderLeader(t *testing.T) {
-	e := olderLeader("127.0.0.1:7081", "FinalizeUpgrade", errors.New("rpc: can't find method Node.FinalizeUpgrade"))
-	require.NotNil(t, e)
-	assert.Equal(t, fsm.CodeVersionMismatch, e.Code)
-	assert.Contains(t, e.Message, "127.0.0.1:7081 runs an older release, which has no FinalizeUpgrade")
-	assert.Nil(t, olderLeader("127.0.0.1:7081", "FinalizeUpgrade", errors.New("connection refused")))
 }
 
 // TestCheckKindLevel: a level-2 kind is refused at level 1 and passes at

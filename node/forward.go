@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/rpc"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rangealloc/rangealloc/fsm"
@@ -18,221 +15,9 @@ import (
 	"github.com/rangealloc/rangealloc/version"
 )
 
-// Calls made on a follower travel to the leader over an internal RPC on
-// the leader's Raft port (the 'F' protocol of transport.Mux), not over the
-// HTTP API: an embedded node needs no HTTP server, the leader's Raft
-// address is always known from Raft itself (the member table may lag), and
-// one port per node is one firewall rule. The RPC is net/rpc with gob,
-// which multiplexes concurrent calls over one connection per leader.
-
-// dialTimeout bounds connecting to the leader.
-const dialTimeout = 2 * time.Second
-
-// forwarder keeps one RPC client per leader address.
-type forwarder struct {
-	dial func(addr string, timeout time.Duration) (net.Conn, error)
-
-	mu sync.Mutex
-	// mu guards the following
-	clients map[string]*rpcClient
-	closed  bool
-}
-
-// rpcClient is the RPC client of one leader address. arrived counts the
-// reads that brought bytes from the leader: a call abandoned while it did
-// not move saw nothing arrive during its whole wait. closing and closed
-// bracket a local Close (see call).
-type rpcClient struct {
-	*rpc.Client
-	arrived         atomic.Uint64
-	closing, closed atomic.Bool
-}
-
-// shut closes the client, setting closing before and closed after.
-func (c *rpcClient) shut() {
-	c.closing.Store(true)
-	c.Client.Close()
-	c.closed.Store(true)
-}
-
-// countingConn counts the reads that return bytes.
-type countingConn struct {
-	net.Conn
-	n *atomic.Uint64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.n.Add(1)
-	}
-	return n, err
-}
-
-func newForwarder(dial func(string, time.Duration) (net.Conn, error)) *forwarder {
-	return &forwarder{dial: dial, clients: make(map[string]*rpcClient)}
-}
-
-func (f *forwarder) client(addr string) (*rpcClient, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return nil, ErrClosed
-	}
-	if c, ok := f.clients[addr]; ok {
-		return c, nil
-	}
-	conn, err := f.dial(addr, dialTimeout)
-	if err != nil {
-		return nil, err
-	}
-	c := &rpcClient{}
-	c.Client = rpc.NewClient(countingConn{Conn: conn, n: &c.arrived})
-	f.clients[addr] = c
-	return c, nil
-}
-
-// current returns the client of addr, nil if none is open.
-func (f *forwarder) current(addr string) *rpcClient {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.clients[addr]
-}
-
-func (f *forwarder) drop(addr string, c *rpcClient) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.clients[addr] == c {
-		delete(f.clients, addr)
-		c.shut()
-	}
-}
-
-func (f *forwarder) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for addr, c := range f.clients {
-		c.shut()
-		delete(f.clients, addr)
-	}
-}
-
-// leaderPoll is how often a forwarded call in flight checks whether the
-// leader it went to is still the one this node knows.
-const leaderPoll = 50 * time.Millisecond
-
-// errLeaderMoved abandons a forwarded call: this node learned of another
-// leader while the call was in flight.
-var errLeaderMoved = errors.New("abandoned: this node learned of a new leader while the call was in flight")
-
-// call runs an RPC on the node at addr. sent reports whether the request
-// may have reached it: a failure before that is definite.
-//
-// moved, when set, is polled while the call is in flight: once it reports
-// true (this node knows another leader) the call is abandoned as sent, an
-// unknown outcome, so the caller retries through the new leader with the
-// same request ID. Without it, a call to a leader that is paused or cut
-// off by a firewall that drops packets would wait out the caller's whole
-// deadline, though a new leader serves within an election timeout.
-func (f *forwarder) call(ctx context.Context, addr string, method wire.Method, args, reply any, moved func() bool) (sent bool, err error) {
-	p, err := f.send(addr, method, args, reply)
-	if err != nil {
-		return false, err
-	}
-	var poll <-chan time.Time
-	if moved != nil {
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		poll = t.C
-	}
-	for {
-		select {
-		case done := <-p.call.Done:
-			return f.finish(addr, p.c, done, !p.refused)
-		case <-ctx.Done():
-			f.abandon(addr, p.c, p.arrived)
-			return true, ctx.Err()
-		case <-poll:
-			if moved() {
-				f.abandon(addr, p.c, p.arrived)
-				return true, errLeaderMoved
-			}
-		}
-	}
-}
-
-// pending is an RPC sent on a leader's client.
-type pending struct {
-	c       *rpcClient
-	arrived uint64 // c.arrived when it was sent (see abandon)
-	call    *rpc.Call
-	refused bool // net/rpc refused it on a client already shut: not sent
-}
-
-// send starts an RPC on the client of addr. An error means nothing was
-// sent.
-func (f *forwarder) send(addr string, method wire.Method, args, reply any) (*pending, error) {
-	c, err := f.client(addr)
-	if err != nil {
-		return nil, err
-	}
-	p := &pending{c: c, arrived: c.arrived.Load()}
-	closedBefore := c.closed.Load()
-	p.call = c.Go("Node."+string(method), args, reply, make(chan *rpc.Call, 1))
-	// net/rpc answers ErrShutdown in two cases: Go refused the call because
-	// the client was already shut (nothing sent), or a local Close ended
-	// the call after it was written (maybe applied). A first look right
-	// after Go tells them apart only when no local Close can be involved:
-	// one had finished before Go (it refused), or none has begun even now
-	// (the client was shut by a broken connection, and refused). Any other
-	// ErrShutdown is an unknown outcome.
-	select {
-	case done := <-p.call.Done:
-		p.refused = errors.Is(done.Error, rpc.ErrShutdown) && (closedBefore || !c.closing.Load())
-		p.call.Done <- done // buffered 1, and now empty
-	default:
-	}
-	return p, nil
-}
-
-// abandon leaves a call in flight. When nothing arrived on the client's
-// connection since this call was sent, it is suspect: a leader paused, or
-// cut off by a firewall that drops packets, leaves a TCP connection that
-// neither fails nor delivers, and after the heal its bytes wait for the
-// next retransmission, which backs off to as much as two minutes. So the
-// client is closed and the next call dials afresh. Calls still in flight
-// on it end with the connection's error, which call reports as sent: a
-// write's caller retries with the same request ID. A connection that
-// delivers anything meanwhile is kept: one caller giving up says nothing
-// about it.
-func (f *forwarder) abandon(addr string, c *rpcClient, arrived uint64) {
-	if c.arrived.Load() == arrived {
-		f.drop(addr, c)
-	}
-}
-
-// finish reports a completed call, dropping the client when its
-// connection broke.
-func (f *forwarder) finish(addr string, c *rpcClient, done *rpc.Call, sent bool) (bool, error) {
-	if done.Error == nil {
-		return true, nil
-	}
-	var se rpc.ServerError
-	if !errors.As(done.Error, &se) {
-		f.drop(addr, c) // the connection broke
-	}
-	return sent, done.Error
-}
-
-// leaderMoved returns a function reporting whether this node knows a
-// leader other than addr.
-func (n *Node) leaderMoved(addr string) func() bool {
-	return func() bool {
-		now, _ := n.raft.LeaderWithID()
-		return now != "" && string(now) != addr
-	}
-}
+// The server side of forwarding: the leader's end of the calls a
+// follower's forward.Client makes (package node/internal/forward says
+// why they travel over an RPC on the Raft port).
 
 type (
 	wireErr      = wire.Error
@@ -244,6 +29,8 @@ type (
 	removeArgs   = wire.RemoveMemberArgs
 )
 
+// toWireErr carries an error's class over the RPC; the follower's
+// forward.FromWire restores it.
 func toWireErr(err error) *wireErr {
 	if err == nil {
 		return nil
@@ -261,78 +48,6 @@ func toWireErr(err error) *wireErr {
 		return &wireErr{NotLeader: true, Msg: err.Error()}
 	}
 	return &wireErr{Unknown: true, Msg: err.Error()}
-}
-
-// fromWireErr restores the class of an error carried by the RPC.
-func fromWireErr(w *wireErr) error {
-	switch {
-	case w == nil:
-		return nil
-	case w.Domain != nil:
-		return w.Domain
-	case w.NotLeader:
-		return fmt.Errorf("%w: %s", ErrNotLeader, w.Msg)
-	case w.Invalid:
-		return fmt.Errorf("%w: %s", ErrInvalidBackup, w.Msg)
-	}
-	return fmt.Errorf("%w: leader: %s", ErrUnknownOutcome, w.Msg)
-}
-
-// forwardSubmitOne proposes a request through the leader at addr in a
-// call of its own: for a leader of a release without SubmitBatch
-// (fwdbatch.go).
-func (n *Node) forwardSubmitOne(ctx context.Context, addr string, req *fsm.Request) outcome {
-	var reply submitReply
-	args := &submitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{req}), Protocol: version.Protocol}
-	sent, err := n.fwd.call(ctx, addr, wire.MethodSubmit, args, &reply, n.leaderMoved(addr))
-	if err != nil {
-		return outcome{err: fmt.Errorf("forward to leader %s: %w", addr, err), definite: !sent}
-	}
-	return submitOutcome(addr, &reply)
-}
-
-// forwardRead runs a read on the leader at addr.
-func (n *Node) forwardRead(ctx context.Context, addr string, args *readArgs) (*readReply, error) {
-	var reply readRPCReply
-	args.Protocol = version.Protocol
-	if _, err := n.fwd.call(ctx, addr, wire.MethodRead, args, &reply, n.leaderMoved(addr)); err != nil {
-		return nil, fmt.Errorf("forward to leader %s: %w", addr, err)
-	}
-	if reply.Err != nil {
-		return nil, fromWireErr(reply.Err)
-	}
-	return reply.Reply, nil
-}
-
-// forwardCall runs a cluster or restore call on the leader at addr.
-func (n *Node) forwardCall(ctx context.Context, addr string, method wire.Method, args any) error {
-	var reply callReply
-	if _, err := n.fwd.call(ctx, addr, method, args, &reply, nil); err != nil {
-		if e := olderLeader(addr, method, err); e != nil {
-			if a, ok := args.(*removeArgs); ok && fsm.IsDrawnRequestID(a.RequestID) {
-				// A leader of a release before member removals carried
-				// request IDs removes the member as it always did. Only an
-				// ID this node drew may be dropped: a caller's would be
-				// promised and then not kept.
-				return n.forwardCall(ctx, addr, wire.MethodRemoveMember, a.ID)
-			}
-			return e
-		}
-		return fmt.Errorf("forward to leader %s: %w", addr, err)
-	}
-	return fromWireErr(reply.Err)
-}
-
-// olderLeader recognises the answer of a leader of an older release to a
-// call it does not have (net/rpc's "can't find method"): a definite
-// refusal, not a reason to retry until the deadline.
-func olderLeader(addr string, method wire.Method, err error) *fsm.Error {
-	if !strings.Contains(err.Error(), "rpc: can't find method") {
-		return nil
-	}
-	return &fsm.Error{Code: fsm.CodeVersionMismatch, Op: -1, Message: fmt.Sprintf(
-		"the leader at %s runs an older release, which has no %s: upgrade it first, or move leadership to an upgraded node",
-		addr, method)}
 }
 
 // serveRPC answers forwarded calls until the node closes. Each connection
@@ -612,7 +327,7 @@ func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 	if s.n.IsLeader() {
 		reply.Err = toWireErr(s.n.addMemberOnLeader(ctx, m))
 	} else if addr, _ := s.n.raft.LeaderWithID(); addr != "" {
-		reply.Err = toWireErr(s.n.forwardCall(ctx, string(addr), wire.MethodAddMember, m))
+		reply.Err = toWireErr(s.n.fwd.Cluster(ctx, string(addr), wire.MethodAddMember, m))
 	} else {
 		reply.Err = &wireErr{NotLeader: true, Msg: "no leader known"}
 	}

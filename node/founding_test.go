@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
@@ -81,12 +82,12 @@ func TestFoundingWaitsForTheCandidate(t *testing.T) {
 	require.NoError(t, srv.RegisterName("Node", stub))
 	n := &Node{id: "n1", logger: hclog.NewNullLogger(), shutdown: make(chan struct{}),
 		cfg: Config{DataDir: t.TempDir(), Peers: []Peer{{ID: "n1", RaftAddr: "n1:1"}, {ID: "n2", RaftAddr: "n2:1"}}}}
-	n.probes = newForwarder(func(string, time.Duration) (net.Conn, error) {
+	n.fwd = forward.New(forward.Config{DialProbe: func(string, time.Duration) (net.Conn, error) {
 		peer, conn := net.Pipe()
 		go srv.ServeConn(peer)
 		return conn, nil
-	})
-	defer n.probes.close()
+	}})
+	defer n.fwd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id, err := n.found(ctx)

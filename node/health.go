@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
+	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
@@ -402,11 +403,11 @@ func (n *Node) leaderHealth(ctx context.Context) (*wire.HealthReply, error) {
 		return nil, ErrNoLeader
 	}
 	var reply wire.HealthReply
-	if _, err := n.fwd.call(ctx, string(addr), wire.MethodHealth, 0, &reply, nil); err != nil {
+	if _, err := n.fwd.Call(ctx, string(addr), wire.MethodHealth, 0, &reply, nil); err != nil {
 		return nil, err
 	}
 	if reply.Err != nil {
-		return nil, fromWireErr(reply.Err)
+		return nil, forward.FromWire(reply.Err)
 	}
 	return &reply, nil
 }

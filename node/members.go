@@ -267,7 +267,7 @@ func (n *Node) onLeader(ctx context.Context, method wire.Method, args, reply any
 			return struct{}{}, false, err
 		},
 		remote: func(ctx context.Context, addr string) (struct{}, bool, error) {
-			return struct{}{}, false, n.forwardCall(ctx, addr, method, args)
+			return struct{}{}, false, n.fwd.Cluster(ctx, addr, method, args)
 		},
 	})
 	return err

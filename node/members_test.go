@@ -2,13 +2,11 @@ package node
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
-	"github.com/rangealloc/rangealloc/node/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -80,47 +78,4 @@ func TestRemoveMemberRetried(t *testing.T) {
 	assert.Equal(t, []string{l.ID()}, members())
 	require.NoError(t, l.RemoveMember(ctx, b.ID(), "remove-b"), "the retry answers as the first call did")
 	assert.ErrorIs(t, l.RemoveMember(ctx, l.ID(), "remove-l"), &fsm.Error{Code: fsm.CodeLastVoter}, "the checks still hold under an ID")
-}
-
-// memberLeader serves RemoveMember only, as a leader of a release before
-// member removals carried request IDs; newMemberLeader serves
-// RemoveMemberRequest too. Each hands on what it was asked.
-type memberLeader struct{ got chan any }
-
-func (l memberLeader) RemoveMember(id string, _ *wire.CallReply) error {
-	l.got <- id
-	return nil
-}
-
-type newMemberLeader struct{ memberLeader }
-
-func (l newMemberLeader) RemoveMemberRequest(args *wire.RemoveMemberArgs, _ *wire.CallReply) error {
-	l.got <- *args
-	return nil
-}
-
-// TestRemoveMemberOlderLeader: a follower forwards a removal with its
-// request ID. A leader of an older release, which has no
-// RemoveMemberRequest, still removes the member when the ID is one the
-// node drew; a caller's ID it could not keep is refused, not dropped.
-func TestRemoveMemberOlderLeader(t *testing.T) {
-	n := &Node{shutdown: make(chan struct{}),
-		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
-	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got := make(chan any, 1)
-	keyed := &removeArgs{ID: "n4", RequestID: "remove-n4"}
-	drawn := &removeArgs{ID: "n4", RequestID: drawRequestID()}
-
-	addr, _ := serveFake(t, "", newMemberLeader{memberLeader{got}})
-	require.NoError(t, n.forwardCall(ctx, addr, wire.MethodRemoveMemberRequest, keyed))
-	assert.Equal(t, *keyed, <-got)
-
-	old, _ := serveFake(t, "", memberLeader{got})
-	err := n.forwardCall(ctx, old, wire.MethodRemoveMemberRequest, keyed)
-	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeVersionMismatch})
-	assert.Empty(t, got, "nothing removed")
-	require.NoError(t, n.forwardCall(ctx, old, wire.MethodRemoveMemberRequest, drawn))
-	assert.Equal(t, "n4", <-got, "the older leader removes the member")
 }

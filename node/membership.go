@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/google/uuid"
@@ -294,7 +295,7 @@ func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error)
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var reply wire.ProbeReply
-		if _, err = n.probes.call(ctx, addr, wire.MethodProbe, &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply, nil); err == nil {
+		if err = n.fwd.Probe(ctx, addr, &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply); err == nil {
 			return &reply, nil
 		}
 		if ctx.Err() != nil {
@@ -354,9 +355,9 @@ func (n *Node) join(ctx context.Context) error {
 				}
 			}
 			var reply wire.JoinReply
-			_, err := n.fwd.call(ctx, addr, wire.MethodJoin, me, &reply, nil)
+			_, err := n.fwd.Call(ctx, addr, wire.MethodJoin, me, &reply, nil)
 			if err == nil {
-				err = fromWireErr(reply.Err)
+				err = forward.FromWire(reply.Err)
 			}
 			var fe *fsm.Error
 			switch {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/google/uuid"
@@ -39,14 +40,9 @@ type Node struct {
 	raftTrans raft.Transport
 	store     *storage.Store
 	logStore  string // LogStoreBolt or storage.LogStoreWAL, as the data directory records
-	fwd       *forwarder
-	// batchers queue the writes forwarded to each leader address
-	// (fwdbatch.go); fwdMu guards the map.
-	fwdMu    sync.Mutex
-	batchers map[string]*fwdBatcher
-	// probes carries Probe calls only, on connections that name no
-	// cluster, so that they reach nodes of other clusters too.
-	probes *forwarder
+	// fwd makes this node's calls to the leader, and its probes
+	// (package node/internal/forward).
+	fwd *forward.Client
 
 	// commit is the leader's group commit (commit.go).
 	commit *groupCommit
@@ -142,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		f.OnApply(cfg.OnApply)
 	}
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
-		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
+		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}),
 		established: make(chan struct{})}
 	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown)
 	n.levels = newFeatureLevels(n)
@@ -263,8 +259,8 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
-	n.fwd = newForwarder(n.mux.DialRPC)
-	n.probes = newForwarder(n.mux.DialProbe)
+	n.fwd = forward.New(forward.Config{Dial: n.mux.DialRPC, DialProbe: n.mux.DialProbe, BatchWait: n.cfg.BatchWait,
+		Leader: func() string { a, _ := n.raft.LeaderWithID(); return string(a) }, Shutdown: n.shutdown, Go: n.goFunc})
 	n.goFunc(n.serveRPC)
 	n.goFunc(n.commit.batchLoop)
 	n.goFunc(n.commit.resolveLoop)
@@ -635,10 +631,7 @@ func (n *Node) close(handover bool) error {
 
 func (n *Node) closeResources() {
 	if n.fwd != nil {
-		n.fwd.close()
-	}
-	if n.probes != nil {
-		n.probes.close()
+		n.fwd.Close()
 	}
 	if n.trans != nil {
 		_ = n.trans.Close()

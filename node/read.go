@@ -67,7 +67,7 @@ func (n *Node) read(ctx context.Context, args *readArgs) (*readReply, error) {
 			return r, false, err
 		},
 		remote: func(ctx context.Context, addr string) (*readReply, bool, error) {
-			r, err := n.forwardRead(ctx, addr, args)
+			r, err := n.fwd.Read(ctx, addr, args)
 			return r, false, refusedForwarding(err)
 		},
 	})

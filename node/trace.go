@@ -29,16 +29,13 @@ var (
 	// keyAnswer: from an entry's future resolving to a waiting caller
 	// having its outcome.
 	keyAnswer = []string{"node", "leader", "answer"}
-	// keyForwardCall: a forwarded write as the follower sees it.
-	keyForwardCall = []string{"node", "forward", "call"}
 	// keyForwardServe: a forwarded write as the leader serves it, from
 	// the decoded call to its reply (before the RPC encodes it).
 	keyForwardServe = []string{"node", "forward", "serve"}
 )
 
-// keyForwardBatch samples the writes each forwarded batch carries
-// (fwdbatch.go).
-var keyForwardBatch = []string{"node", "forward", "batch"}
+// The follower's forward.call, and forward.batch (the writes each
+// forwarded batch carries), are package node/internal/forward's.
 
 // since times a stage ending now.
 func since(key []string, start time.Time) {

@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
-	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
 
 // Allocate takes count dynamic values (value "") or the named value from a
@@ -201,7 +200,7 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 				}
 				args = &restoreArgs{Data: data.Bytes(), ID: id, Fingerprint: fp}
 			}
-			maybe, err := n.forwardRestore(ctx, addr, args)
+			maybe, err := n.fwd.Restore(ctx, addr, args)
 			return struct{}{}, maybe, err
 		},
 		// A reused key says the ID holds another restore: none of ours was
@@ -223,21 +222,6 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 func lostLead(err error) bool {
 	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, ErrNotLeader)
-}
-
-// forwardRestore runs a restore on the leader at addr; maybe reports
-// whether it may have been applied though err is set.
-func (n *Node) forwardRestore(ctx context.Context, addr string, args *restoreArgs) (maybe bool, err error) {
-	var reply callReply
-	sent, err := n.fwd.call(ctx, addr, wire.MethodRestoreRequest, args, &reply, n.leaderMoved(addr))
-	if err != nil {
-		if e := olderLeader(addr, wire.MethodRestoreRequest, err); e != nil {
-			return false, e
-		}
-		return sent, fmt.Errorf("forward to leader %s: %w", addr, err)
-	}
-	err = fromWireErr(reply.Err)
-	return errors.Is(err, ErrUnknownOutcome), err
 }
 
 // restoreOnLeader hands a checked backup to Raft, which installs it on

@@ -65,7 +65,7 @@ restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)
 founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\)\n}{\t\treturn nil\n} | ./test/ | ^TestWholeClusterLost$
 founding-marker-kept | node/node.go | s{if err := durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
 join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
-forward-sends-abandoned | node/fwdbatch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/ | ^TestAbandonedBeforeSendIsNotSent$
+forward-sends-abandoned | node/internal/forward/batch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/internal/forward/ | ^TestAbandonedBeforeSendIsNotSent$
 large-result-applied | fsm/state.go | s{len\(enc\) > MaxRememberedResult && r\.Kind == KindTxn}{false && r.Kind == KindTxn} | ./fsm/ | ^TestLargeResultRefused$
 large-result-proposed | node/write.go | s{if size > limit \{}{if false \{} | ./node/ | ^TestLargeAnswerKeepsSnapshots$
 request-bytes-shared | fsm/requests.go | s{if t\.byClass \{\n\t\tfor c, limit}{if false \{\n\t\tfor c, limit} | ./fsm/ | ^TestKeyedResultsOutliveLargeDrawnOnes$

@@ -14,7 +14,7 @@ import (
 )
 
 // TestForwardedWritesShareCalls: writes made together on a follower
-// travel to the leader in shared SubmitBatch calls (node/fwdbatch.go),
+// travel to the leader in shared SubmitBatch calls (node/internal/forward/batch.go),
 // and each caller still gets its own answer: every write succeeds, no
 // value has two owners, and the leader holds exactly what was answered.
 // Each write to the forwarding connection takes 5 ms here, so the writes

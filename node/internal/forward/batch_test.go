@@ -1,4 +1,4 @@
-package node
+package forward
 
 import (
 	"context"
@@ -36,6 +36,27 @@ func (newLeader) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitBatch
 		reply.Results[i].Result = fsm.EncodeResult(&fsm.Result{Created: true})
 	}
 	return nil
+}
+
+// newClient returns a Client that dials through dial (nil: TCP), with
+// the given BatchWait; it closes, and its goroutines end, with the test.
+func newClient(t *testing.T, dial func(string, time.Duration) (net.Conn, error), batchWait time.Duration) *Client {
+	t.Helper()
+	if dial == nil {
+		dial = func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) }
+	}
+	shutdown := make(chan struct{})
+	var wg sync.WaitGroup
+	c := New(Config{Dial: dial, BatchWait: batchWait, Shutdown: shutdown, Leader: func() string { return "" },
+		Go: func(fn func()) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fn()
+			}()
+		}})
+	t.Cleanup(func() { close(shutdown); c.Close(); wg.Wait() })
+	return c
 }
 
 // serveFake serves rcvr as "Node" on addr ("" for a free port) until the
@@ -82,12 +103,10 @@ func serveFake(t *testing.T, addr string, rcvr any) (string, func()) {
 // again.
 func TestBatcherOlderLeader(t *testing.T) {
 	addr, stop := serveFake(t, "", oldLeader{})
-	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
-		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
-	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
-	b := n.batcher(addr)
-	write := func() outcome {
-		it := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1)}
+	c := newClient(t, nil, 0)
+	b := c.batcher(addr)
+	write := func() Outcome {
+		it := &item{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan Outcome, 1)}
 		require.True(t, b.enqueue(it), "batched")
 		select {
 		case o := <-it.done:
@@ -95,24 +114,24 @@ func TestBatcherOlderLeader(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no answer")
 		}
-		return outcome{}
+		return Outcome{}
 	}
 
 	o := write()
-	require.ErrorIs(t, o.err, errNoBatch)
-	assert.True(t, o.definite, "a call the leader does not have proposed nothing")
-	assert.False(t, b.enqueue(&fwdItem{done: make(chan outcome, 1)}), "the same connection: one Submit per write")
+	require.ErrorIs(t, o.Err, errNoBatch)
+	assert.True(t, o.Definite, "a call the leader does not have proposed nothing")
+	assert.False(t, b.enqueue(&item{done: make(chan Outcome, 1)}), "the same connection: one Submit per write")
 	var reply wire.SubmitReply
-	_, err := n.fwd.call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "w"}})}, &reply, nil)
+	_, err := c.Call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{Entry: fsm.EncodeBatch([]*fsm.Request{{Kind: fsm.KindTxn, ID: "w"}})}, &reply, nil)
 	require.NoError(t, err, "Submit works on the older leader")
 
 	stop() // the leader restarts, upgraded, on the same address
 	serveFake(t, addr, newLeader{})
-	_, err = n.fwd.call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{}, &reply, nil)
-	require.Error(t, err, "the old connection broke; the forwarder drops it")
+	_, err = c.Call(context.Background(), addr, wire.MethodSubmit, &wire.SubmitArgs{}, &reply, nil)
+	require.Error(t, err, "the old connection broke; the client drops it")
 	o = write()
-	require.NoError(t, o.err, "a new connection asks for SubmitBatch again")
-	assert.True(t, o.res.Created)
+	require.NoError(t, o.Err, "a new connection asks for SubmitBatch again")
+	assert.True(t, o.Result.Created)
 }
 
 // TestBatcherAbandon: a write its caller gives up while it waits in the
@@ -122,15 +141,13 @@ func TestBatcherOlderLeader(t *testing.T) {
 func TestBatcherAbandon(t *testing.T) {
 	addr, _ := serveFake(t, "", newLeader{})
 	release := make(chan struct{})
-	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
-		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) {
-			<-release // the sender is held in its first dial
-			return net.DialTimeout("tcp", a, d)
-		})}
-	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
-	b := n.batcher(addr)
-	item := func() *fwdItem {
-		return &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1)}
+	c := newClient(t, func(a string, d time.Duration) (net.Conn, error) {
+		<-release // the sender is held in its first dial
+		return net.DialTimeout("tcp", a, d)
+	}, 0)
+	b := c.batcher(addr)
+	item := func() *item {
+		return &item{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan Outcome, 1)}
 	}
 	taken, queued := item(), item()
 	require.True(t, b.enqueue(taken))
@@ -142,14 +159,14 @@ func TestBatcherAbandon(t *testing.T) {
 	require.True(t, b.enqueue(queued))
 
 	o := b.abandon(queued, context.Canceled)
-	assert.True(t, o.definite, "a write still queued was never sent: %v", o.err)
+	assert.True(t, o.Definite, "a write still queued was never sent: %v", o.Err)
 	o = b.abandon(taken, context.Canceled)
-	assert.False(t, o.definite, "a write the sender took may have been sent: %v", o.err)
+	assert.False(t, o.Definite, "a write the sender took may have been sent: %v", o.Err)
 
 	close(release)
 	select {
 	case o := <-taken.done:
-		require.NoError(t, o.err, "the taken write is still answered")
+		require.NoError(t, o.Err, "the taken write is still answered")
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer for the taken write")
 	}
@@ -183,22 +200,19 @@ func (l sizedLeader) SubmitBatch(args *wire.SubmitBatchArgs, reply *wire.SubmitB
 func TestBatcherGathersExpected(t *testing.T) {
 	leader := sizedLeader{sizes: make(chan int, 16)}
 	addr, _ := serveFake(t, "", leader)
-	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
-		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
-	n.cfg.BatchWait = time.Minute
-	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
-	b := n.batcher(addr)
-	write := func() *fwdItem {
-		it := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan outcome, 1), queued: time.Now()}
+	c := newClient(t, nil, time.Minute)
+	b := c.batcher(addr)
+	write := func() *item {
+		it := &item{req: &fsm.Request{Kind: fsm.KindTxn, ID: "w"}, done: make(chan Outcome, 1), queued: time.Now()}
 		require.True(t, b.enqueue(it))
 		return it
 	}
-	answered := func(its ...*fwdItem) {
+	answered := func(its ...*item) {
 		t.Helper()
 		for _, it := range its {
 			select {
 			case o := <-it.done:
-				require.NoError(t, o.err)
+				require.NoError(t, o.Err)
 			case <-time.After(10 * time.Second):
 				t.Fatal("no answer")
 			}
@@ -267,31 +281,29 @@ func (l *recordingLeader) seen() []string {
 func TestAbandonedBeforeSendIsNotSent(t *testing.T) {
 	leader := &recordingLeader{}
 	addr, _ := serveFake(t, "", leader)
-	n := &Node{shutdown: make(chan struct{}), batchers: map[string]*fwdBatcher{},
-		fwd: newForwarder(func(a string, d time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", a, d) })}
-	t.Cleanup(func() { close(n.shutdown); n.fwd.close(); n.wg.Wait() })
-	b := n.batcher(addr)
-	live := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "live"}, done: make(chan outcome, 1)}
-	gone := &fwdItem{req: &fsm.Request{Kind: fsm.KindTxn, ID: "gone"}, done: make(chan outcome, 1)}
+	c := newClient(t, nil, 0)
+	b := c.batcher(addr)
+	live := &item{req: &fsm.Request{Kind: fsm.KindTxn, ID: "live"}, done: make(chan Outcome, 1)}
+	gone := &item{req: &fsm.Request{Kind: fsm.KindTxn, ID: "gone"}, done: make(chan Outcome, 1)}
 
 	// The sender has taken both writes from the queue (run) and enters
-	// send while the caller of one gives up (forwardSubmit -> abandon),
+	// send while the caller of one gives up (Submit -> abandon),
 	// which waits for the lock first and so takes it first.
 	b.mu.Lock()
-	abandoned := make(chan outcome, 1)
+	abandoned := make(chan Outcome, 1)
 	go func() { abandoned <- b.abandon(gone, context.DeadlineExceeded) }()
 	time.Sleep(100 * time.Millisecond)
 	sent := make(chan struct{})
-	go func() { b.send([]*fwdItem{live, gone}); close(sent) }()
+	go func() { b.send([]*item{live, gone}); close(sent) }()
 	time.Sleep(100 * time.Millisecond)
 	b.mu.Unlock()
 
 	o := <-abandoned
 	<-sent
-	require.True(t, o.definite, "the caller gave up before the write was taken: %v", o.err)
+	require.True(t, o.Definite, "the caller gave up before the write was taken: %v", o.Err)
 	select {
 	case o := <-live.done:
-		require.NoError(t, o.err, "the write still wanted is answered")
+		require.NoError(t, o.Err, "the write still wanted is answered")
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer for the live write")
 	}
