@@ -41,4 +41,11 @@ func TestAdvancedReachesTheNode(t *testing.T) {
 	_, err = cfg.node()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Advanced.MinFreeDisk and Advanced.NoMinFreeDisk")
+
+	for _, d := range []time.Duration{-time.Second, time.Second, 9 * time.Second} {
+		cfg.Advanced = Advanced{CleanupDeadAfter: d}
+		_, err = cfg.node()
+		require.Error(t, err, "CleanupDeadAfter %v", d)
+		assert.Contains(t, err.Error(), "Advanced.CleanupDeadAfter is "+d.String())
+	}
 }

@@ -96,8 +96,7 @@ func (f appliedFuture) Response() interface{} { return f.resp }
 // bounds the wait for them.
 func TestResolveExpects(t *testing.T) {
 	shutdown := make(chan struct{})
-	n := newGroupCommit(4, 1, 0, shutdown)
-	n.wait = func(f raft.Future) error { return f.Error() }
+	n := newGroupCommit(4, 1, 0, shutdown, nil, nil, func(f raft.Future) error { return f.Error() }, nil)
 	defer close(shutdown)
 	go n.resolveLoop()
 	for range 3 { // requests that arrived while the entry was out

@@ -56,8 +56,11 @@ type inflight struct {
 	start  time.Time
 }
 
-func newGroupCommit(maxBatch, maxInflight int, batchWait time.Duration, shutdown <-chan struct{}) *groupCommit {
+func newGroupCommit(maxBatch, maxInflight int, batchWait time.Duration, shutdown <-chan struct{},
+	admit func(context.Context, fsm.Kind) outcome, apply func([]byte) raft.ApplyFuture, wait func(raft.Future) error,
+	onCommit func(int, time.Duration)) *groupCommit {
 	return &groupCommit{maxBatch: maxBatch, batchWait: batchWait, shutdown: shutdown,
+		admit: admit, apply: apply, wait: wait, onCommit: onCommit,
 		proposals: make(chan *proposal, 4*maxBatch), inflight: make(chan *inflight, maxInflight),
 		slots: make(chan struct{}, maxInflight)}
 }

@@ -140,10 +140,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
 		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}),
 		established: make(chan struct{})}
-	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown)
 	n.levels = newFeatureLevels(n)
-	n.commit.admit, n.commit.wait, n.commit.onCommit = n.levels.checkKind, n.wait, cfg.OnCommit
-	n.commit.apply = func(entry []byte) raft.ApplyFuture { return n.raft.Apply(entry, 0) }
+	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown, n.levels.checkKind,
+		func(entry []byte) raft.ApplyFuture { return n.raft.Apply(entry, 0) }, n.wait, cfg.OnCommit)
 	f.OnClusterID(n.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
@@ -261,11 +260,12 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	}
 	n.fwd = forward.New(forward.Config{Dial: n.mux.DialRPC, DialProbe: n.mux.DialProbe, BatchWait: n.cfg.BatchWait,
 		Leader: func() string { a, _ := n.raft.LeaderWithID(); return string(a) }, Shutdown: n.shutdown, Go: n.goFunc})
+	// Before any goroutine: leaderLoop and the Health RPC use it.
+	n.watch = newMemberWatch(n)
 	n.goFunc(n.serveRPC)
 	n.goFunc(n.commit.batchLoop)
 	n.goFunc(n.commit.resolveLoop)
 	n.goFunc(n.leaderLoop)
-	n.watch = newMemberWatch(n)
 	n.goFunc(n.followLoop)
 	guardDisk(n).start()
 	return nil

@@ -59,7 +59,7 @@ type Error struct {
 	Status   int
 	Code     string
 	Message  string
-	Details  map[string]any
+	Details  map[string]any // as JSON decodes them: every number a float64
 	ServedBy string
 }
 
@@ -211,12 +211,13 @@ func namedPool(name string) error {
 	return named("pool name", name, http.StatusNotFound, types.CodePoolNotFound)
 }
 
-// namedValue refuses an empty pool name, then an empty value.
-func namedValue(pool, value string) error {
-	if err := namedPool(pool); err != nil {
+// namedRelease refuses a release of an empty value, then from an empty
+// pool name: a node looks at the value first.
+func namedRelease(pool, value string) error {
+	if err := named("value", value, http.StatusBadRequest, types.CodeInvalidArgument); err != nil {
 		return err
 	}
-	return named("value", value, http.StatusBadRequest, types.CodeInvalidArgument)
+	return namedPool(pool)
 }
 
 func poolPath(name string, rest ...string) string {
@@ -296,8 +297,16 @@ func (c *Client) AllocateCount(ctx context.Context, pool, owner string, count in
 
 // Get returns the allocation of a value.
 func (c *Client) Get(ctx context.Context, pool, value string, o Options) (types.Allocation, Meta, error) {
-	if err := namedValue(pool, value); err != nil {
+	if err := namedPool(pool); err != nil {
 		return types.Allocation{}, Meta{}, err
+	}
+	if value == "" {
+		// A node looks the pool up first: only it knows whether the pool
+		// exists.
+		if _, err := c.Pool(ctx, pool, o); err != nil {
+			return types.Allocation{}, Meta{}, err
+		}
+		return types.Allocation{}, Meta{}, named("value", value, http.StatusBadRequest, types.CodeInvalidArgument)
 	}
 	var out types.Allocation
 	meta, err := c.do(ctx, http.MethodGet, poolPath(pool, "allocations", value), o.query(), nil, nil, &out)
@@ -354,7 +363,7 @@ func (c *Client) ListAll(ctx context.Context, pool, owner string, o Options) ([]
 
 // Release frees a value; with owner set, only if that owner holds it.
 func (c *Client) Release(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
-	if err := namedValue(pool, value); err != nil {
+	if err := namedRelease(pool, value); err != nil {
 		return Meta{}, err
 	}
 	q := url.Values{}

@@ -91,22 +91,25 @@ const drawnKeyPrefix = "rangealloc:"
 // key to retry under, since the node may have applied it.
 func remoteErr(err error) error { return remoteWriteErr(err, "") }
 
-// details gives the numbers of an answer's details the Go types a node
-// in process gives them: JSON carries every number as a float64.
+// details is a copy of an answer's details with the numbers in the Go
+// types a node in process gives them: JSON carries every number as a
+// float64 (the *Error the client returns keeps them so).
 func details(d map[string]any) map[string]any {
+	if d == nil {
+		return nil
+	}
+	out := make(map[string]any, len(d))
 	for k, v := range d {
 		f, ok := v.(float64)
-		if !ok {
-			continue
+		switch {
+		case ok && k == "op":
+			v = int(f)
+		case ok && k == "lastIndex":
+			v = uint64(f)
 		}
-		switch k {
-		case "op":
-			d[k] = int(f)
-		case "lastIndex":
-			d[k] = uint64(f)
-		}
+		out[k] = v
 	}
-	return d
+	return out
 }
 
 func remoteWriteErr(err error, key string) error {

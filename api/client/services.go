@@ -28,7 +28,7 @@ func (o ServiceOptions) query() url.Values {
 // as a node refuses such a Service (Invalid, naming the field); for a
 // read or a delete, as a node answers a Service it does not have.
 func namedService(namespace, name string, put bool) error {
-	for _, f := range []struct{ field, v string }{{"metadata.namespace", namespace}, {"metadata.name", name}} {
+	for _, f := range []struct{ field, what, v string }{{"metadata.namespace", "Service namespace", namespace}, {"metadata.name", "Service name", name}} {
 		if f.v != "" {
 			continue
 		}
@@ -36,7 +36,7 @@ func namedService(namespace, name string, put bool) error {
 			return &Error{Status: http.StatusUnprocessableEntity, Code: types.CodeInvalid,
 				Message: fmt.Sprintf("%s: Required value", f.field), Details: map[string]any{"field": f.field}}
 		}
-		return named(f.field, f.v, http.StatusNotFound, types.CodeServiceNotFound)
+		return named(f.what, f.v, http.StatusNotFound, types.CodeServiceNotFound)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (c *Client) ListServices(ctx context.Context, namespace string, o Options) 
 // the Service's record then names a value it no longer holds, which a
 // reconcile reports as missing.
 func (c *Client) ReleaseForce(ctx context.Context, pool, value, owner string, o Options) (Meta, error) {
-	if err := namedValue(pool, value); err != nil {
+	if err := namedRelease(pool, value); err != nil {
 		return Meta{}, err
 	}
 	q := url.Values{"force": {"true"}}
