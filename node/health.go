@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
+	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
 )
@@ -66,10 +67,28 @@ func (h *health) reset() {
 }
 
 // memberWatch is the leader's watch of its members: autopilot, what it
-// learned (health), and the delegate autopilot calls. It reaches the node
-// (n) to probe members, read the configuration and remove a dead member.
+// learned (health), and the delegate autopilot calls. It reads Raft and
+// the state machine, and acts through the functions below: it probes
+// members, and removes a dead one as rangealloc cluster remove would.
 type memberWatch struct {
-	n  *Node
+	id           string // this node's
+	raft         *raft.Raft
+	fsm          *fsm.FSM
+	cleanupAfter time.Duration // Config.CleanupDeadAfter
+	logger       hclog.Logger
+	shutdown     <-chan struct{}
+	goFunc       func(func())
+
+	// leads tells whether this node still leads, in leadership gen.
+	leads func(gen uint64) bool
+	// probeAll probes members; self is this node's own probe answer.
+	probeAll func(context.Context, []Peer) []probeResult
+	self     func() *wire.ProbeReply
+	// clusterID is the cluster's ID, which a member's probe must carry.
+	clusterID func() string
+	// remove removes a member: its row, then its server.
+	remove func(ctx context.Context, id string) error
+
 	ap *autopilot.Autopilot
 	// mu keeps a start and a stop of consecutive leaderships in order.
 	mu     sync.Mutex
@@ -78,11 +97,18 @@ type memberWatch struct {
 
 // newMemberWatch creates n's autopilot; it runs while the node leads.
 func newMemberWatch(n *Node) *memberWatch {
-	w := &memberWatch{n: n}
+	w := &memberWatch{id: n.id, raft: n.raft, fsm: n.fsm, cleanupAfter: n.cfg.CleanupDeadAfter, logger: n.logger,
+		shutdown: n.shutdown, goFunc: n.goFunc,
+		leads:     func(gen uint64) bool { return n.leaderGen.Load() == gen && n.IsLeader() },
+		probeAll:  n.probeAll,
+		self:      n.probeReply,
+		clusterID: n.ClusterID,
+		remove:    func(ctx context.Context, id string) error { return n.removeMemberOnLeader(ctx, id, "") },
+	}
 	w.health.reset()
 	w.ap = autopilot.New(apRaft{n.raft}, w, autopilot.WithLogger(n.logger.Named("autopilot")),
 		autopilot.WithUpdateInterval(healthInterval), autopilot.WithReconcileInterval(healthInterval),
-		autopilot.WithPromoter(promoter{autopilot.DefaultPromoter().(*autopilot.StablePromoter), n}))
+		autopilot.WithPromoter(promoter{autopilot.DefaultPromoter().(*autopilot.StablePromoter), n.fsm}))
 	return w
 }
 
@@ -92,7 +118,6 @@ func newMemberWatch(n *Node) *memberWatch {
 // timeout), so it runs beside the leader's first entry rather than before
 // it; mu keeps a start and a stop of consecutive generations in order.
 func (w *memberWatch) follow(leader bool, gen uint64) {
-	n := w.n
 	if !leader {
 		w.mu.Lock()
 		<-w.ap.Stop()
@@ -100,15 +125,15 @@ func (w *memberWatch) follow(leader bool, gen uint64) {
 		w.health.reset()
 		return
 	}
-	n.goFunc(func() {
+	w.goFunc(func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		select {
-		case <-n.shutdown:
+		case <-w.shutdown:
 			return // close stops autopilot after closing shutdown
 		default:
 		}
-		if n.leaderGen.Load() != gen || !n.IsLeader() {
+		if !w.leads(gen) {
 			return // lost it meanwhile
 		}
 		w.health.reset()
@@ -126,7 +151,7 @@ func (w *memberWatch) stop() {
 // The delegate: autopilot's view of the application.
 
 func (d *memberWatch) AutopilotConfig() *autopilot.Config {
-	return &autopilot.Config{CleanupDeadServers: d.n.cfg.CleanupDeadAfter > 0, LastContactThreshold: healthThreshold,
+	return &autopilot.Config{CleanupDeadServers: d.cleanupAfter > 0, LastContactThreshold: healthThreshold,
 		MaxTrailingLogs: promoteLag, MinQuorum: minVoters, ServerStabilizationTime: promoteAfter}
 }
 
@@ -139,18 +164,17 @@ func (d *memberWatch) NotifyState(s *autopilot.State) {
 // FetchServerStats probes every member but this one, and reports each by
 // its last good probe.
 func (d *memberWatch) FetchServerStats(ctx context.Context, servers map[raft.ServerID]*autopilot.Server) map[raft.ServerID]*autopilot.ServerStats {
-	n := d.n
 	var peers []Peer
 	for id, s := range servers {
-		if string(id) != n.id {
+		if string(id) != d.id {
 			peers = append(peers, Peer{ID: string(id), RaftAddr: string(s.Address)})
 		}
 	}
-	results := n.probeAll(ctx, peers)
+	results := d.probeAll(ctx, peers)
 	now := time.Now()
 	out := map[raft.ServerID]*autopilot.ServerStats{}
-	if _, ok := servers[raft.ServerID(n.id)]; ok {
-		out[raft.ServerID(n.id)] = &autopilot.ServerStats{LastTerm: d.lastTerm(), LastIndex: n.fsm.AppliedIndex()}
+	if _, ok := servers[raft.ServerID(d.id)]; ok {
+		out[raft.ServerID(d.id)] = &autopilot.ServerStats{LastTerm: d.lastTerm(), LastIndex: d.fsm.AppliedIndex()}
 	}
 	h := &d.health
 	h.mu.Lock()
@@ -167,7 +191,7 @@ func (d *memberWatch) FetchServerStats(ctx context.Context, servers map[raft.Ser
 		} else {
 			c.lastOK, c.reply, c.why = now, r.reply, ""
 		}
-		c.log(n.logger, r.peer.ID, now)
+		c.log(d.logger, r.peer.ID, now)
 		if c.reply != nil {
 			term := c.reply.LastTerm
 			if c.reply.Protocol < 2 {
@@ -189,7 +213,7 @@ func (d *memberWatch) probeProblem(r probeResult) string {
 		return r.err.Error()
 	case r.reply.ID != r.peer.ID:
 		return fmt.Sprintf("the node at %s is %q", r.peer.RaftAddr, r.reply.ID)
-	case r.reply.ClusterID != d.n.ClusterID():
+	case r.reply.ClusterID != d.clusterID():
 		return fmt.Sprintf("the node at %s is of cluster %q", r.peer.RaftAddr, r.reply.ClusterID)
 	case !r.reply.HasState:
 		return fmt.Sprintf("the node at %s holds no state", r.peer.RaftAddr)
@@ -217,8 +241,7 @@ func (c *contact) log(logger hclog.Logger, id string, now time.Time) {
 // KnownServers is the Raft configuration, each member alive unless the
 // leader has not reached it for CleanupDeadAfter.
 func (d *memberWatch) KnownServers() map[raft.ServerID]*autopilot.Server {
-	n := d.n
-	f := n.raft.GetConfiguration()
+	f := d.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
@@ -228,16 +251,16 @@ func (d *memberWatch) KnownServers() map[raft.ServerID]*autopilot.Server {
 	defer d.health.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		srv := &autopilot.Server{ID: s.ID, Name: string(s.ID), Address: s.Address, NodeStatus: autopilot.NodeAlive,
-			RaftVersion: raft.ProtocolVersionMax, NodeType: nodeTypeNonvoter, IsLeader: string(s.ID) == n.id}
+			RaftVersion: raft.ProtocolVersionMax, NodeType: nodeTypeNonvoter, IsLeader: string(s.ID) == d.id}
 		if s.Suffrage == raft.Voter {
 			srv.NodeType = autopilot.NodeVoter
 		}
-		if c := d.health.contacts[s.ID]; c != nil && string(s.ID) != n.id {
+		if c := d.health.contacts[s.ID]; c != nil && string(s.ID) != d.id {
 			last := c.lastOK
 			if last.IsZero() {
 				last = c.since
 			}
-			if after := n.cfg.CleanupDeadAfter; after > 0 && now.Sub(last) > after {
+			if after := d.cleanupAfter; after > 0 && now.Sub(last) > after {
 				srv.NodeStatus = autopilot.NodeFailed
 			}
 			if c.reply != nil {
@@ -252,19 +275,18 @@ func (d *memberWatch) KnownServers() map[raft.ServerID]*autopilot.Server {
 // RemoveFailedServer removes a member autopilot found dead, as
 // rangealloc cluster remove would: the member row, then the server.
 func (d *memberWatch) RemoveFailedServer(s *autopilot.Server) {
-	n := d.n
 	if _, busy := d.health.removing.LoadOrStore(s.ID, true); busy {
 		return // autopilot asks every round; one removal at a time
 	}
-	n.goFunc(func() {
+	d.goFunc(func() {
 		defer d.health.removing.Delete(s.ID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := n.removeMemberOnLeader(ctx, string(s.ID), ""); err != nil {
-			n.logger.Warn("could not remove a dead member", "member", s.ID, "error", err)
+		if err := d.remove(ctx, string(s.ID)); err != nil {
+			d.logger.Warn("could not remove a dead member", "member", s.ID, "error", err)
 			return
 		}
-		n.logger.Warn("removed a dead member", "member", s.ID, "unreachable_for_more_than", n.cfg.CleanupDeadAfter)
+		d.logger.Warn("removed a dead member", "member", s.ID, "unreachable_for_more_than", d.cleanupAfter)
 	})
 }
 
@@ -276,7 +298,7 @@ const nodeTypeNonvoter autopilot.NodeType = "nonvoter"
 // the members kept non-voters, and counts only voters as potential voters.
 type promoter struct {
 	*autopilot.StablePromoter
-	n *Node
+	fsm *fsm.FSM // the member table: who is kept a non-voter
 }
 
 func (p promoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
@@ -293,7 +315,7 @@ func (p promoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopi
 	changes := p.StablePromoter.CalculatePromotionsAndDemotions(c, s)
 	var keep []raft.ServerID
 	for _, id := range changes.Promotions {
-		if m, ok := p.n.fsm.Member(string(id)); ok && m.Nonvoter {
+		if m, ok := p.fsm.Member(string(id)); ok && m.Nonvoter {
 			continue
 		}
 		keep = append(keep, id)
@@ -333,18 +355,17 @@ func (f errFuture) Index() uint64 { return 0 }
 
 // lastTerm is the term of this node's last log entry.
 func (d *memberWatch) lastTerm() uint64 {
-	t, _ := strconv.ParseUint(d.n.raft.Stats()["last_log_term"], 10, 64)
+	t, _ := strconv.ParseUint(d.raft.Stats()["last_log_term"], 10, 64)
 	return t
 }
 
 // memberHealth is the leader's health of each member of the configuration.
 func (d *memberWatch) memberHealth() map[string]wire.MemberHealth {
-	n := d.n
-	f := n.raft.GetConfiguration()
+	f := d.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
-	last := n.raft.LastIndex()
+	last := d.raft.LastIndex()
 	now := time.Now()
 	out := map[string]wire.MemberHealth{}
 	d.health.mu.Lock()
@@ -353,8 +374,8 @@ func (d *memberWatch) memberHealth() map[string]wire.MemberHealth {
 		id := string(s.ID)
 		var r *wire.ProbeReply
 		mh := wire.MemberHealth{LastContact: -1}
-		if id == n.id {
-			r, mh.LastContact = n.probeReply(), 0
+		if id == d.id {
+			r, mh.LastContact = d.self(), 0
 		} else if c := d.health.contacts[s.ID]; c != nil && c.reply != nil {
 			r, mh.LastContact = c.reply, now.Sub(c.lastOK)
 		}
@@ -371,7 +392,7 @@ func (d *memberWatch) memberHealth() map[string]wire.MemberHealth {
 				mh.Healthy = st.Health.Healthy
 			}
 		}
-		if id == n.id {
+		if id == d.id {
 			mh.Healthy = true // the leader is on its own term and at its own index
 		}
 		out[id] = mh
