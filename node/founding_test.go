@@ -81,11 +81,11 @@ func TestFoundingWaitsForTheCandidate(t *testing.T) {
 	require.NoError(t, srv.RegisterName("Node", stub))
 	n := &Node{id: "n1", logger: hclog.NewNullLogger(), shutdown: make(chan struct{}),
 		cfg: Config{DataDir: t.TempDir(), Peers: []Peer{{ID: "n1", RaftAddr: "n1:1"}, {ID: "n2", RaftAddr: "n2:1"}}}}
-	n.probes = newForwarder(func(string, time.Duration) (net.Conn, error) {
+	n.probes = &prober{from: "n1", fwd: newForwarder(func(string, time.Duration) (net.Conn, error) {
 		peer, conn := net.Pipe()
 		go srv.ServeConn(peer)
 		return conn, nil
-	})
+	})}
 	defer n.probes.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

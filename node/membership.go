@@ -8,9 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rangealloc/rangealloc/node/internal/storage"
@@ -20,7 +18,6 @@ import (
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
-	"github.com/rangealloc/rangealloc/version"
 )
 
 // How a node without state takes part in a cluster, and why it is safe.
@@ -63,9 +60,6 @@ import (
 // foundingFile marks a node that had seen every peer without state and
 // said it was ready to found the cluster.
 const foundingFile = "founding"
-
-// probeTimeout bounds one probe of a peer.
-const probeTimeout = 2 * time.Second
 
 // takePart brings a node without state into a cluster: it bootstraps,
 // founds with its peers, or joins, and returns once it may take part, or
@@ -261,74 +255,6 @@ func orDash(s string) string {
 		return "<a member's HTTP address>"
 	}
 	return s
-}
-
-type probeResult struct {
-	peer  Peer
-	reply *wire.ProbeReply
-	err   error
-}
-
-// probeAll probes peers concurrently.
-func (n *Node) probeAll(ctx context.Context, peers []Peer) []probeResult {
-	out := make([]probeResult, len(peers))
-	var wg sync.WaitGroup
-	for i, p := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := n.probe(ctx, p.RaftAddr)
-			out[i] = probeResult{peer: p, reply: r, err: err}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// probe asks the node at addr about itself. A pooled connection to a
-// process that has since died fails at once; the probe then tries once
-// more on a fresh one.
-func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		var reply wire.ProbeReply
-		if _, err = n.probes.call(ctx, addr, wire.MethodProbe, &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply, nil); err == nil {
-			return &reply, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, err
-}
-
-// probeReply describes this node.
-func (n *Node) probeReply() *wire.ProbeReply {
-	ready, candidate := n.foundingOffer()
-	// A leader says it leads only once it has applied an entry of its
-	// term: before, its commit index may be below what the leader before
-	// it committed, and a follower that had applied less would take that
-	// as its word and say it is ready (followLoop). Nor before it has
-	// written the configured pools and service network, which a follower
-	// that says it is ready must hold.
-	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: ready, Candidate: candidate,
-		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.leading()}
-	r.LastIndex = n.raft.LastIndex()
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage == raft.Voter {
-				r.Voters = append(r.Voters, string(s.ID))
-			}
-		}
-	}
-	r.HasState = !n.life.starting() && (r.LastIndex > 0 || len(r.Voters) > 0)
-	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.cfg.maxFeatureLevel()
-	r.ClusterLevel = n.fsm.FeatureLevel()
-	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
-	n.disk.fillProbe(r)
-	return r
 }
 
 // join asks the members of cfg.Join in turn to add this node, until one

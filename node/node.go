@@ -45,9 +45,8 @@ type Node struct {
 	// (fwdbatch.go); fwdMu guards the map.
 	fwdMu    sync.Mutex
 	batchers map[string]*fwdBatcher
-	// probes carries Probe calls only, on connections that name no
-	// cluster, so that they reach nodes of other clusters too.
-	probes *forwarder
+	// probes asks other nodes what they are (probe.go).
+	probes *prober
 
 	proposals chan *proposal
 	inflight  chan *inflight
@@ -266,7 +265,7 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.fwd = newForwarder(n.mux.DialRPC)
-	n.probes = newForwarder(n.mux.DialProbe)
+	n.probes = &prober{fwd: newForwarder(n.mux.DialProbe), from: n.id}
 	n.goFunc(n.serveRPC)
 	n.goFunc(n.batchLoop)
 	n.goFunc(n.resolveLoop)
@@ -496,6 +495,11 @@ func (n *Node) WaitForLeader(ctx context.Context) error {
 
 // sleep waits d, or fails when ctx ends or the node closes.
 func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	return sleepOr(ctx, n.shutdown, d)
+}
+
+// sleepOr waits d, or fails when ctx ends or stop closes (ErrClosed).
+func sleepOr(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -503,7 +507,7 @@ func (n *Node) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-n.shutdown:
+	case <-stop:
 		return ErrClosed
 	}
 }
