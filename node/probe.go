@@ -73,7 +73,7 @@ func (p *prober) probe(ctx context.Context, addr string) (*wire.ProbeReply, erro
 
 // probeReply describes this node.
 func (n *Node) probeReply() *wire.ProbeReply {
-	ready, candidate := n.foundingOffer()
+	ready, candidate := n.founder.foundingOffer()
 	// A leader says it leads only once it has applied an entry of its
 	// term: before, its commit index may be below what the leader before
 	// it committed, and a follower that had applied less would take that
