@@ -166,7 +166,7 @@ type rpcService struct {
 // this node finishes founding its cluster from a backup: the restore
 // would replace what was written or read before it.
 func (s *rpcService) member() *wireErr {
-	if s.n.foundingRestore.Load() && s.n.life.get() < phaseServing {
+	if s.n.founder.restoring.Load() && s.n.life.get() < phaseServing {
 		return &wireErr{NotLeader: true, Msg: "founding its cluster from a backup: not serving yet"}
 	}
 	if !s.secure {

@@ -45,8 +45,8 @@ func (c *Config) loneFounder() bool {
 // prepareFounding runs before a lone node without state founds: it reads
 // the backup to found from, or refuses when the backup directory says
 // this node's data was lost. It returns the backup to restore, or nil.
-func (n *Node) prepareFounding() (*fsm.Backup, error) {
-	cfg := n.cfg
+func (f *founder) prepareFounding() (*fsm.Backup, error) {
+	cfg := f.cfg
 	// A marker without state is a founding that never happened: this one
 	// decides anew.
 	if err := durable.Remove(filepath.Join(cfg.DataDir, restorePendingFile)); err != nil {
@@ -61,7 +61,7 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 			return nil, err
 		}
 		if ids := b.MemberIDs(); len(ids) > 1 {
-			n.logger.Warn("founding a cluster of one from a backup of a cluster of several: if the others still run, "+
+			f.logger.Warn("founding a cluster of one from a backup of a cluster of several: if the others still run, "+
 				"there are now two clusters that hand out the same values", "backup", cfg.RestoreFrom, "members", ids)
 		}
 		pending := fmt.Sprintf("%016x %s\n", b.Fingerprint(), cfg.RestoreFrom)
@@ -95,8 +95,8 @@ func (n *Node) prepareFounding() (*fsm.Backup, error) {
 // appliance was re-imaged. The backup directory tells them apart, as for
 // a lone node. A founding needs every peer ready, so one node that
 // refuses stops it.
-func (n *Node) refuseLostCluster() error {
-	cfg := n.cfg
+func (f *founder) refuseLostCluster() error {
+	cfg := f.cfg
 	newest, count, err := cfg.backupsSayLost()
 	if err != nil || count == 0 {
 		return err
@@ -165,13 +165,13 @@ func notOlderThanBackups(file string, b *fsm.Backup, dir string) error {
 
 // pendingRestore returns the backup a founding began to restore and did
 // not finish (restorePendingFile), for a node with state; nil if none.
-func (n *Node) pendingRestore() (*fsm.Backup, error) {
-	data, err := os.ReadFile(filepath.Join(n.cfg.DataDir, restorePendingFile))
+func (f *founder) pendingRestore() (*fsm.Backup, error) {
+	data, err := os.ReadFile(filepath.Join(f.cfg.DataDir, restorePendingFile))
 	if errors.Is(err, os.ErrNotExist) {
-		if n.cfg.RestoreFrom != "" || n.cfg.FoundEmpty {
-			n.logger.Warn("this node has state: --restore-from and --found-empty are ignored; remove them from its flags, "+
+		if f.cfg.RestoreFrom != "" || f.cfg.FoundEmpty {
+			f.logger.Warn("this node has state: --restore-from and --found-empty are ignored; remove them from its flags, "+
 				"or a later loss of this data dir founds the cluster from that backup, or empty, without a word",
-				"restore_from", n.cfg.RestoreFrom, "found_empty", n.cfg.FoundEmpty)
+				"restore_from", f.cfg.RestoreFrom, "found_empty", f.cfg.FoundEmpty)
 		}
 		return nil, nil
 	}
@@ -179,17 +179,17 @@ func (n *Node) pendingRestore() (*fsm.Backup, error) {
 		return nil, fmt.Errorf("read %s: %w", restorePendingFile, err)
 	}
 	fp, path, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
-	if n.cfg.RestoreFrom == "" {
+	if f.cfg.RestoreFrom == "" {
 		return nil, fmt.Errorf("refusing to start: %s: this node founded its cluster from the backup %s and stopped before "+
-			"restoring it; start it alone (without --peers or --join) with --restore-from %s to finish", n.cfg.DataDir, path, path)
+			"restoring it; start it alone (without --peers or --join) with --restore-from %s to finish", f.cfg.DataDir, path, path)
 	}
-	b, err := readBackupFile(n.cfg.RestoreFrom)
+	b, err := readBackupFile(f.cfg.RestoreFrom)
 	if err != nil {
 		return nil, err
 	}
 	if got := fmt.Sprintf("%016x", b.Fingerprint()); got != fp {
 		return nil, fmt.Errorf("refusing to start: --restore-from %s is not the backup this node founded its cluster from (%s); "+
-			"give that one", n.cfg.RestoreFrom, path)
+			"give that one", f.cfg.RestoreFrom, path)
 	}
 	return b, nil
 }
@@ -197,29 +197,29 @@ func (n *Node) pendingRestore() (*fsm.Backup, error) {
 // restoreFounding restores the backup a lone node founded from, then
 // forgets the founding. The request ID comes from the backup, so a retry
 // after a crash answers what the first restore did.
-func (n *Node) restoreFounding(ctx context.Context, b *fsm.Backup) error {
+func (f *founder) restoreFounding(ctx context.Context, b *fsm.Backup) error {
 	// The restore keeps the state's members, cluster ID and level: wait
 	// until the leader has written them (establish).
 	select {
-	case <-n.established:
+	case <-f.established:
 	case <-ctx.Done():
-		return fmt.Errorf("found from %s: %w: %v", n.cfg.RestoreFrom, ErrNoLeader, ctx.Err())
-	case <-n.shutdown:
+		return fmt.Errorf("found from %s: %w: %v", f.cfg.RestoreFrom, ErrNoLeader, ctx.Err())
+	case <-f.shutdown:
 		return ErrClosed
 	}
 	id := fmt.Sprintf("rangealloc:found-from-%016x", b.Fingerprint())
-	if err := n.restoreVia(ctx, b, id, b.Fingerprint()); err != nil {
-		return fmt.Errorf("found from %s: restore: %w", n.cfg.RestoreFrom, err)
+	if err := f.restore(ctx, b, id, b.Fingerprint()); err != nil {
+		return fmt.Errorf("found from %s: restore: %w", f.cfg.RestoreFrom, err)
 	}
 	// A founding stopped before its restore may also have stopped before
 	// its level was raised (establish raises it only in the process that
 	// bootstrapped): finish that too.
-	n.levels.raiseOnFounding(ctx)
-	if err := durable.Remove(filepath.Join(n.cfg.DataDir, restorePendingFile)); err != nil {
+	f.raise(ctx)
+	if err := durable.Remove(filepath.Join(f.cfg.DataDir, restorePendingFile)); err != nil {
 		return err
 	}
-	n.life.advance(phaseServing)
-	n.logger.Info("founded the cluster from a backup", "backup", n.cfg.RestoreFrom, "cluster_id", n.ClusterID())
+	f.life.advance(phaseServing)
+	f.logger.Info("founded the cluster from a backup", "backup", f.cfg.RestoreFrom, "cluster_id", f.clusterID())
 	return nil
 }
 

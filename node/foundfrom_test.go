@@ -105,13 +105,13 @@ func TestLoneNodeFoundsFromBackup(t *testing.T) {
 	requireFounded(t, n)
 	svc := &rpcService{n: n}
 	assert.Nil(t, svc.member(), "forwarded calls are served once the founding is done")
-	n.foundingRestore.Store(true)
+	n.founder.restoring.Store(true)
 	n.life.p.Store(uint32(phaseRestoring)) // as between the founding and the restore
 	e := svc.member()
 	require.NotNil(t, e, "no forwarded read or write reaches the state a founding restore replaces")
 	assert.True(t, e.NotLeader, "a refusal callers retry: nothing was applied")
 	n.life.p.Store(uint32(phaseServing))
-	n.foundingRestore.Store(false)
+	n.founder.restoring.Store(false)
 
 	later, err := n.Allocate(ctx, "nodeport", "", "after", 0, "")
 	require.NoError(t, err)

@@ -28,14 +28,14 @@ import (
 func TestFoundingOfferWhole(t *testing.T) {
 	torn := 0
 	for range 20000 {
-		n := &Node{}
+		f := &founder{life: &lifecycle{}}
 		done := make(chan struct{})
 		go func() {
-			n.offerCandidate("5e1f0000-0000-4000-8000-000000000000")
+			f.offerCandidate("5e1f0000-0000-4000-8000-000000000000")
 			close(done)
 		}()
 		for {
-			ready, candidate := n.foundingOffer()
+			ready, candidate := f.foundingOffer()
 			if ready {
 				if candidate == "" {
 					torn++
@@ -80,17 +80,18 @@ func TestFoundingWaitsForTheCandidate(t *testing.T) {
 	stub := &stubFounder{torn: 3, candidate: "00000000-0000-4000-8000-000000000000"}
 	srv := rpc.NewServer()
 	require.NoError(t, srv.RegisterName("Node", stub))
-	n := &Node{id: "n1", logger: hclog.NewNullLogger(), shutdown: make(chan struct{}),
+	f := &founder{id: "n1", logger: hclog.NewNullLogger(), life: &lifecycle{}, shutdown: make(chan struct{}),
 		cfg: Config{DataDir: t.TempDir(), Peers: []Peer{{ID: "n1", RaftAddr: "n1:1"}, {ID: "n2", RaftAddr: "n2:1"}}}}
-	n.fwd = forward.New(forward.Config{DialProbe: func(string, time.Duration) (net.Conn, error) {
+	fwd := forward.New(forward.Config{DialProbe: func(string, time.Duration) (net.Conn, error) {
 		peer, conn := net.Pipe()
 		go srv.ServeConn(peer)
 		return conn, nil
 	}})
-	defer n.fwd.Close()
+	defer fwd.Close()
+	f.probes = &prober{from: "n1", fwd: fwd}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	id, err := n.found(ctx)
+	id, err := f.found(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, stub.candidate, id, "the founder took its own candidate before it had the peer's")
 	assert.Greater(t, int(stub.probes.Load()), 1+stub.torn, "the torn replies were all seen")

@@ -8,20 +8,20 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rangealloc/rangealloc/node/internal/forward"
 	"github.com/rangealloc/rangealloc/node/internal/storage"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/internal/durable"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
-	"github.com/rangealloc/rangealloc/version"
 )
 
 // How a node without state takes part in a cluster, and why it is safe.
@@ -65,33 +65,110 @@ import (
 // said it was ready to found the cluster.
 const foundingFile = "founding"
 
-// probeTimeout bounds one probe of a peer.
-const probeTimeout = 2 * time.Second
+// founder brings a node without state into a cluster, founding one or
+// joining one, and keeps the cluster's ID. It owns what is the founding's
+// alone: the candidate cluster ID it offers, the cluster's ID, whether
+// this process bootstrapped a founding not yet seen finished
+// (bootstrapped, unfinished), and whether the node founds from a backup.
+//
+// The order of events, by the node's start-up steps (node.go):
+//
+//	openDataDir   loadClusterID. With state: pendingRestore (a founding
+//	              restore cut short) and resumeFounding (a founding
+//	              whose writes were cut short). A lone node without
+//	              state: prepareFounding (foundfrom.go).
+//	takePlace     Without state, takePart, one of:
+//	                founding with peers: found (probe every peer; once
+//	                  each answered without state, offerCandidate; once
+//	                  each is ready, take the least candidate), then
+//	                  keepClusterID and bootstrap;
+//	                joining: join (a member carries it to the leader's
+//	                  addMemberOnLeader), which keeps the leader's ID;
+//	                alone: keepClusterID of a new ID, then bootstrap.
+//	              Founding from a backup: restoreFounding, once the
+//	              leader has established.
+//	leadership    establish: nameCluster, then, on the node that
+//	              bootstrapped, finishFounding (followLoop too).
+//
+// It reaches the rest of the node through the fields below alone.
+type founder struct {
+	cfg      Config
+	id       string // this node's ID
+	logger   hclog.Logger
+	life     *lifecycle // the node's start-up phase: offerCandidate and restoreFounding move it
+	fsm      *fsm.FSM   // read only: the replicated cluster ID, pools and feature level
+	shutdown <-chan struct{}
+	// The leader's writes a founding makes, through the node's group
+	// commit (nameCluster), its restore and its feature levels
+	// (restoreFounding).
+	submit  func(context.Context, *fsm.Request) (*fsm.Result, error)
+	restore func(ctx context.Context, b *fsm.Backup, id string, fp uint64) error
+	raise   func(context.Context)
+
+	// Set by attach once Raft runs, before takePart.
+	raft   *raft.Raft
+	addr   string          // the advertised Raft address
+	fwd    *forward.Client // carries the Join call
+	probes *prober
+
+	// candidate is the cluster ID this founder offers its peers (a string).
+	candidate atomic.Value
+	// cluster is the cluster's ID (a string), "" until learned; the
+	// handshake of every connection between nodes carries it.
+	cluster atomic.Value
+	// bootstrapped is true when this node created the cluster's initial
+	// configuration and has not yet seen its founding finished (the
+	// unfinishedFile marker): its leadership then writes the founders'
+	// member rows, creates cfg.Pools and raises the feature level
+	// (establish). Set before Raft can elect this node.
+	bootstrapped bool
+	// unfinished is true while unfinishedFile exists.
+	unfinished atomic.Bool
+	// restoring: this node founds its cluster from a backup, or finishes
+	// doing so. Set before any goroutine starts.
+	restoring atomic.Bool
+	// established is closed once the first establish of this process has
+	// run: a founding restore waits for it, so that the state it keeps
+	// (members, cluster ID, level) is the founding's.
+	established   chan struct{}
+	establishOnce sync.Once
+}
+
+// attach gives the founder what exists once Raft runs: Raft itself, the
+// advertised Raft address, and the clients of the forwarding port.
+func (f *founder) attach(r *raft.Raft, addr string, fwd *forward.Client, probes *prober) {
+	f.raft, f.addr, f.fwd, f.probes = r, addr, fwd, probes
+}
+
+// markEstablished says the first establish of this process has run.
+func (f *founder) markEstablished() {
+	f.establishOnce.Do(func() { close(f.established) })
+}
 
 // takePart brings a node without state into a cluster: it bootstraps,
 // founds with its peers, or joins, and returns once it may take part, or
 // with the reason it must not.
-func (n *Node) takePart(ctx context.Context) error {
+func (f *founder) takePart(ctx context.Context) error {
 	// A marker left by a bootstrap that never reached the disk: this
 	// directory holds no cluster, so nothing of one is unfinished. A
 	// bootstrap below writes it again.
-	if err := durable.Remove(filepath.Join(n.cfg.DataDir, unfinishedFile)); err != nil {
+	if err := durable.Remove(filepath.Join(f.cfg.DataDir, unfinishedFile)); err != nil {
 		return err
 	}
 	switch {
-	case len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil:
-		if err := n.join(ctx); err != nil {
+	case len(f.cfg.Join) > 0 || f.cfg.JoinVia != nil:
+		if err := f.join(ctx); err != nil {
 			return err
 		}
 		// A founding marker from an earlier start with Peers (a founding
 		// that never happened) must not outlive the join, as below.
-		return durable.Remove(filepath.Join(n.cfg.DataDir, foundingFile))
-	case len(n.cfg.Peers) > 0:
-		id, err := n.found(ctx)
+		return durable.Remove(filepath.Join(f.cfg.DataDir, foundingFile))
+	case len(f.cfg.Peers) > 0:
+		id, err := f.found(ctx)
 		if err != nil {
 			return err
 		}
-		if err := n.keepClusterID(id); err != nil {
+		if err := f.keepClusterID(id); err != nil {
 			return err
 		}
 	default:
@@ -100,45 +177,72 @@ func (n *Node) takePart(ctx context.Context) error {
 		// this directory no longer holds (or one that never bootstrapped),
 		// and keeping it would let that cluster's members take this one
 		// for theirs.
-		if err := n.keepClusterID(uuid.NewString()); err != nil {
+		if err := f.keepClusterID(uuid.NewString()); err != nil {
 			return err
 		}
 	}
-	if err := n.bootstrap(); err != nil {
+	if err := f.bootstrap(); err != nil {
 		return err
 	}
 	// the log store holds state now, and says so; a founding marker left behind
 	// would let a later, partly emptied directory skip the questions.
-	return durable.Remove(filepath.Join(n.cfg.DataDir, foundingFile))
+	return durable.Remove(filepath.Join(f.cfg.DataDir, foundingFile))
 }
 
 // keepClusterID makes id this node's cluster ID, in memory and in the
 // data directory, before its Raft port opens.
-func (n *Node) keepClusterID(id string) error {
-	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, storage.ClusterFile), []byte(id+"\n"), 0o600); err != nil {
+func (f *founder) keepClusterID(id string) error {
+	if err := durable.WriteFile(filepath.Join(f.cfg.DataDir, storage.ClusterFile), []byte(id+"\n"), 0o600); err != nil {
 		return fmt.Errorf("keep the cluster ID: %w", err)
 	}
-	n.clusterID.Store(id)
+	f.cluster.Store(id)
+	return nil
+}
+
+// bootstrap writes the initial configuration of a new cluster: the fixed
+// voter set, or this node alone when it has no peers.
+func (f *founder) bootstrap() error {
+	servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(f.id), Address: raft.ServerAddress(f.addr)}}
+	if len(f.cfg.Peers) > 0 {
+		servers = nil
+		for _, p := range f.cfg.Peers {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+	}
+	// Set before Raft can elect this node: establish, on the goroutine
+	// that follows leadership, reads it, and the call below is what orders
+	// the two. The marker makes it outlive a crash before the founding's
+	// writes are done.
+	if err := durable.WriteFile(filepath.Join(f.cfg.DataDir, unfinishedFile), []byte(unfinishedText), 0o600); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	f.bootstrapped = true
+	f.unfinished.Store(true)
+	err := f.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	f.logger.Info("bootstrapped a new cluster", "voters", len(servers))
 	return nil
 }
 
 // found waits until every peer is ready to found the cluster (see above),
 // and returns the cluster's ID: the one a peer with state already has, or
 // the least of the candidates the founders offered.
-func (n *Node) found(ctx context.Context) (string, error) {
+func (f *founder) found(ctx context.Context) (string, error) {
 	// The marker says this node saw every peer without state before: it
 	// need not see that again, but it still waits for every peer to be
 	// ready, or a peer that has not seen everyone yet would find it with
 	// state and refuse itself.
-	marker := filepath.Join(n.cfg.DataDir, foundingFile)
+	marker := filepath.Join(f.cfg.DataDir, foundingFile)
 	if b, err := os.ReadFile(marker); err == nil {
 		if c := strings.TrimSpace(string(b)); fsm.ValidateClusterID(c) == nil {
-			n.offerCandidate(c)
+			f.offerCandidate(c)
 		}
 	}
 	var others []Peer
-	for _, p := range n.cfg.Peers {
-		if p.ID != n.id {
+	for _, p := range f.cfg.Peers {
+		if p.ID != f.id {
 			others = append(others, p)
 		}
 	}
@@ -147,21 +251,21 @@ func (n *Node) found(ctx context.Context) (string, error) {
 	lastLog := time.Now()
 	for {
 		waiting := map[string]string{}
-		for _, r := range n.probeAll(ctx, others) {
+		for _, r := range f.probes.probeAll(ctx, others) {
 			switch {
 			case r.err != nil:
 				waiting[r.peer.ID] = r.err.Error()
 			case r.reply.ID != r.peer.ID:
 				waiting[r.peer.ID] = fmt.Sprintf("the node at %s is %q, not %q", r.peer.RaftAddr, r.reply.ID, r.peer.ID)
-			case r.reply.HasState && n.life.get() < phaseOffering:
-				return "", n.refuseFounding(r.peer, r.reply)
-			case r.reply.HasState && !slices.Contains(r.reply.Voters, n.id):
+			case r.reply.HasState && f.life.get() < phaseOffering:
+				return "", f.refuseFounding(r.peer, r.reply)
+			case r.reply.HasState && !slices.Contains(r.reply.Voters, f.id):
 				// Not the cluster this founding made, which has every
 				// founder a voter: one founded since by other means (a
 				// peer founded alone from a backup, say). Taking its ID
 				// and bootstrapping the founders' voter set would let
 				// the others, empty, elect a leader of their own under it.
-				return "", n.refuseFounding(r.peer, r.reply)
+				return "", f.refuseFounding(r.peer, r.reply)
 			case r.reply.HasState:
 				empty[r.peer.ID], ready[r.peer.ID] = true, true
 				existing = max(existing, r.reply.ClusterID)
@@ -175,23 +279,23 @@ func (n *Node) found(ctx context.Context) (string, error) {
 				waiting[r.peer.ID] = "not ready to found yet"
 			}
 		}
-		if n.life.get() < phaseOffering && len(empty) == len(others) {
-			if err := n.refuseLostCluster(); err != nil {
+		if f.life.get() < phaseOffering && len(empty) == len(others) {
+			if err := f.refuseLostCluster(); err != nil {
 				return "", err
 			}
 			c := uuid.NewString()
 			if err := durable.WriteFile(marker, []byte(c+"\n"), 0o600); err != nil {
 				return "", fmt.Errorf("write %s: %w", marker, err)
 			}
-			n.offerCandidate(c)
-			n.logger.Info("every peer answered without state; ready to found the cluster")
+			f.offerCandidate(c)
+			f.logger.Info("every peer answered without state; ready to found the cluster")
 			continue
 		}
-		if n.life.get() >= phaseOffering && len(ready) == len(others) {
+		if f.life.get() >= phaseOffering && len(ready) == len(others) {
 			if existing != "" { // a peer bootstrapped already, with the least candidate
 				return existing, nil
 			}
-			id := n.candidate.Load().(string)
+			id := f.candidate.Load().(string)
 			for _, c := range candidates {
 				if c != "" && c < id {
 					id = c
@@ -201,9 +305,9 @@ func (n *Node) found(ctx context.Context) (string, error) {
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			lastLog = time.Now()
-			n.logger.Info("founding the cluster: waiting for peers", "waiting", waitingList(waiting))
+			f.logger.Info("founding the cluster: waiting for peers", "waiting", waitingList(waiting))
 		}
-		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := sleepOr(ctx, f.shutdown, 200*time.Millisecond); err != nil {
 			return "", fmt.Errorf("founding the cluster: still waiting for peers %s: %w", waitingList(waiting), err)
 		}
 	}
@@ -215,16 +319,16 @@ func (n *Node) found(ctx context.Context) (string, error) {
 // candidate too. Told "ready" with no candidate, a peer would leave this
 // one's out of the least it takes, and the founders could bootstrap under
 // two cluster IDs, each refusing the other's handshake.
-func (n *Node) offerCandidate(c string) {
-	n.candidate.Store(c)
-	n.life.advance(phaseOffering)
+func (f *founder) offerCandidate(c string) {
+	f.candidate.Store(c)
+	f.life.advance(phaseOffering)
 }
 
 // foundingOffer returns whether this founder is ready and its candidate
 // (see offerCandidate).
-func (n *Node) foundingOffer() (bool, string) {
-	ready := n.life.get() >= phaseOffering
-	candidate, _ := n.candidate.Load().(string)
+func (f *founder) foundingOffer() (bool, string) {
+	ready := f.life.get() >= phaseOffering
+	candidate, _ := f.candidate.Load().(string)
 	return ready, candidate
 }
 
@@ -239,22 +343,22 @@ func waitingList(w map[string]string) string {
 
 // refuseFounding explains why a node without state must not found or
 // join through --peers: a peer holds the cluster's state.
-func (n *Node) refuseFounding(p Peer, r *wire.ProbeReply) error {
+func (f *founder) refuseFounding(p Peer, r *wire.ProbeReply) error {
 	cluster := r.ClusterID
 	if cluster == "" {
 		cluster = "(not yet named)"
 	}
 	for _, v := range r.Voters {
-		if v == n.id {
-			return &storage.Error{Path: n.cfg.DataDir, Problem: fmt.Sprintf(
+		if v == f.id {
+			return &storage.Error{Path: f.cfg.DataDir, Problem: fmt.Sprintf(
 				"the directory holds no Raft state, but this node (%s) is a voter of cluster %s: peer %s at %s holds the cluster's state "+
 					"(last index %d). This node's data is gone, and it must not vote or serve as if it had none",
-				n.id, cluster, p.ID, p.RaftAddr, r.LastIndex)}
+				f.id, cluster, p.ID, p.RaftAddr, r.LastIndex)}
 		}
 	}
 	return fmt.Errorf("refusing to start: peer %s at %s holds the state of cluster %s (last index %d), and this node (%s) "+
 		"has none and is not one of its voters: start it with --join %s instead of --peers to add it as a new member",
-		p.ID, p.RaftAddr, cluster, r.LastIndex, n.id, orDash(p.APIAddr))
+		p.ID, p.RaftAddr, cluster, r.LastIndex, f.id, orDash(p.APIAddr))
 }
 
 func orDash(s string) string {
@@ -264,82 +368,14 @@ func orDash(s string) string {
 	return s
 }
 
-type probeResult struct {
-	peer  Peer
-	reply *wire.ProbeReply
-	err   error
-}
-
-// probeAll probes peers concurrently.
-func (n *Node) probeAll(ctx context.Context, peers []Peer) []probeResult {
-	out := make([]probeResult, len(peers))
-	var wg sync.WaitGroup
-	for i, p := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := n.probe(ctx, p.RaftAddr)
-			out[i] = probeResult{peer: p, reply: r, err: err}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// probe asks the node at addr about itself. A pooled connection to a
-// process that has since died fails at once; the probe then tries once
-// more on a fresh one.
-func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		var reply wire.ProbeReply
-		if err = n.fwd.Probe(ctx, addr, &wire.ProbeArgs{From: n.id, Protocol: version.Protocol}, &reply); err == nil {
-			return &reply, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, err
-}
-
-// probeReply describes this node.
-func (n *Node) probeReply() *wire.ProbeReply {
-	ready, candidate := n.foundingOffer()
-	// A leader says it leads only once it has applied an entry of its
-	// term: before, its commit index may be below what the leader before
-	// it committed, and a follower that had applied less would take that
-	// as its word and say it is ready (followLoop). Nor before it has
-	// written the configured pools and service network, which a follower
-	// that says it is ready must hold.
-	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: ready, Candidate: candidate,
-		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.leading()}
-	r.LastIndex = n.raft.LastIndex()
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage == raft.Voter {
-				r.Voters = append(r.Voters, string(s.ID))
-			}
-		}
-	}
-	r.HasState = !n.life.starting() && (r.LastIndex > 0 || len(r.Voters) > 0)
-	r.Version, r.Protocol, r.FeatureLevel = version.String(), version.Protocol, n.cfg.maxFeatureLevel()
-	r.ClusterLevel = n.fsm.FeatureLevel()
-	r.LastTerm, _ = strconv.ParseUint(n.raft.Stats()["last_log_term"], 10, 64)
-	n.disk.fillProbe(r)
-	return r
-}
-
 // join asks the members of cfg.Join in turn to add this node, until one
 // does, or one refuses it for good.
-func (n *Node) join(ctx context.Context) error {
-	me := fsm.Member{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr, Nonvoter: n.cfg.Nonvoter}
-	targets := n.cfg.Join
+func (f *founder) join(ctx context.Context) error {
+	me := fsm.Member{ID: f.id, RaftAddr: f.addr, APIAddr: f.cfg.APIAddr, Nonvoter: f.cfg.Nonvoter}
+	targets := f.cfg.Join
 	if len(targets) == 0 {
 		var err error
-		if targets, err = n.cfg.JoinVia(ctx); err != nil {
+		if targets, err = f.cfg.JoinVia(ctx); err != nil {
 			return err
 		}
 	}
@@ -349,13 +385,13 @@ func (n *Node) join(ctx context.Context) error {
 			if me.Nonvoter {
 				// A member of an older release would drop the flag and
 				// have this node promoted: ask only members that know it.
-				if r, err := n.probe(ctx, addr); err == nil && max(1, r.FeatureLevel) < fsm.KindLevel(fsm.KindSetMemberNonvoter) {
+				if r, err := f.probes.probe(ctx, addr); err == nil && max(1, r.FeatureLevel) < fsm.KindLevel(fsm.KindSetMemberNonvoter) {
 					return fmt.Errorf("refusing to start: --non-voter: the member at %s runs release %s, which cannot keep a member a non-voter; "+
 						"finish the upgrade (rangealloc cluster finalize-upgrade) first", addr, orUnknown(r.Version))
 				}
 			}
 			var reply wire.JoinReply
-			_, err := n.fwd.Call(ctx, addr, wire.MethodJoin, me, &reply, nil)
+			_, err := f.fwd.Call(ctx, addr, wire.MethodJoin, me, &reply, nil)
 			if err == nil {
 				err = forward.FromWire(reply.Err)
 			}
@@ -363,24 +399,24 @@ func (n *Node) join(ctx context.Context) error {
 			switch {
 			case err == nil:
 				if reply.ClusterID != "" {
-					if err := n.keepClusterID(reply.ClusterID); err != nil {
+					if err := f.keepClusterID(reply.ClusterID); err != nil {
 						return err
 					}
 				}
-				n.logger.Info("joined the cluster as a non-voter; the leader promotes this node once it has caught up",
+				f.logger.Info("joined the cluster as a non-voter; the leader promotes this node once it has caught up",
 					"via", addr, "cluster_id", reply.ClusterID)
 				return nil
 			case errors.As(err, &fe) && fe.Code == fsm.CodeMemberDataLost:
-				return &storage.Error{Path: n.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
+				return &storage.Error{Path: f.cfg.DataDir, Problem: "the directory holds no Raft state, but " + fe.Message}
 			case errors.As(err, &fe) && (fe.Code == fsm.CodeNodeNotEmpty || fe.Code == fsm.CodeVersionMismatch):
 				return fmt.Errorf("refusing to start: joining through %s: %w", addr, err)
 			}
 			last = err
 			if attempt%25 == 0 {
-				n.logger.Warn("join attempt failed; retrying", "via", addr, "error", err)
+				f.logger.Warn("join attempt failed; retrying", "via", addr, "error", err)
 			}
 		}
-		if err := n.sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := sleepOr(ctx, f.shutdown, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("joining the cluster through %s: %w (last failure: %v)", strings.Join(targets, ", "), err, last)
 		}
 	}
@@ -400,6 +436,8 @@ func checkNewMember(m fsm.Member) error {
 
 // addMemberOnLeader checks a newcomer over its Raft port, then adds it as
 // a non-voter (promoteLoop makes it a voter) and writes its member row.
+// It is the leader's side of a join, on Node: it needs the leader's Raft
+// configuration, its group commit and its feature level.
 func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 	// Checked here, where every path meets (AddMember, and the Join and
 	// AddMember calls forwarded from other nodes): a member the state
@@ -482,22 +520,25 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 const promoteLag = 250
 
 // ClusterID returns the ID of this node's cluster, "" until it has learned one.
-func (n *Node) ClusterID() string {
-	id, _ := n.clusterID.Load().(string)
+func (n *Node) ClusterID() string { return n.founder.clusterID() }
+
+// clusterID returns the cluster's ID, "" until learned.
+func (f *founder) clusterID() string {
+	id, _ := f.cluster.Load().(string)
 	return id
 }
 
 // loadClusterID reads the cluster ID kept in the data directory.
-func (n *Node) loadClusterID() error {
-	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, storage.ClusterFile))
+func (f *founder) loadClusterID() error {
+	b, err := os.ReadFile(filepath.Join(f.cfg.DataDir, storage.ClusterFile))
 	if errors.Is(err, os.ErrNotExist) {
-		n.clusterID.Store("")
+		f.cluster.Store("")
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", storage.ClusterFile, err)
 	}
-	n.clusterID.Store(strings.TrimSpace(string(b)))
+	f.cluster.Store(strings.TrimSpace(string(b)))
 	return nil
 }
 
@@ -505,37 +546,37 @@ func (n *Node) loadClusterID() error {
 // node that had none (a cluster from before IDs existed). One that had
 // another keeps its own and says so loudly: its handshake then keeps it
 // apart from the cluster whose state it holds, and an operator must look.
-func (n *Node) learnClusterID(id string) {
-	switch old := n.ClusterID(); {
+func (f *founder) learnClusterID(id string) {
+	switch old := f.clusterID(); {
 	case old == id:
 	case old != "":
-		n.logger.Error("the replicated state names another cluster than this data directory; keeping this directory's",
+		f.logger.Error("the replicated state names another cluster than this data directory; keeping this directory's",
 			"kept", old, "state", id)
 	default:
-		if err := n.keepClusterID(id); err != nil {
-			n.logger.Error("could not keep the cluster ID", "error", err)
+		if err := f.keepClusterID(id); err != nil {
+			f.logger.Error("could not keep the cluster ID", "error", err)
 		}
-		n.logger.Info("member of cluster", "cluster_id", id)
+		f.logger.Info("member of cluster", "cluster_id", id)
 	}
 }
 
 // nameCluster makes the leader record the cluster's ID in the replicated
 // state when it has none: the ID the node was founded with, or a new one
 // for a cluster from before IDs existed.
-func (n *Node) nameCluster(ctx context.Context) {
-	if n.fsm.ClusterID() != "" {
+func (f *founder) nameCluster(ctx context.Context) {
+	if f.fsm.ClusterID() != "" {
 		return
 	}
-	id := n.ClusterID()
+	id := f.clusterID()
 	if id == "" {
 		id = uuid.NewString()
 	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetClusterID, ClusterID: id})
+	res, err := f.submit(ctx, &fsm.Request{Kind: fsm.KindSetClusterID, ClusterID: id})
 	switch {
 	case err != nil:
-		n.logger.Warn("could not name the cluster", "error", err)
+		f.logger.Warn("could not name the cluster", "error", err)
 	case res.Err != nil:
-		n.logger.Warn("could not name the cluster", "error", res.Err)
+		f.logger.Warn("could not name the cluster", "error", res.Err)
 	}
 }
 
@@ -555,17 +596,17 @@ const unfinishedText = "this node bootstrapped a cluster whose founding writes (
 
 // resumeFounding, on a node with state, takes up a founding the marker
 // says is unfinished. It runs before Raft starts.
-func (n *Node) resumeFounding() error {
-	_, err := os.Stat(filepath.Join(n.cfg.DataDir, unfinishedFile))
+func (f *founder) resumeFounding() error {
+	_, err := os.Stat(filepath.Join(f.cfg.DataDir, unfinishedFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
 		return fmt.Errorf("read %s: %w", unfinishedFile, err)
 	}
-	n.bootstrapped = true
-	n.unfinished.Store(true)
-	n.logger.Info("this node bootstrapped the cluster and its founding is unfinished: as leader it writes the configured pools")
+	f.bootstrapped = true
+	f.unfinished.Store(true)
+	f.logger.Info("this node bootstrapped the cluster and its founding is unfinished: as leader it writes the configured pools")
 	return nil
 }
 
@@ -574,20 +615,20 @@ func (n *Node) resumeFounding() error {
 // (written, each answered), or in the replicated state, where every
 // configured pool exists or the feature level was raised (a founding
 // leader's last write).
-func (n *Node) finishFounding(written bool) {
-	if !n.unfinished.Load() {
+func (f *founder) finishFounding(written bool) {
+	if !f.unfinished.Load() {
 		return
 	}
-	if !written && n.fsm.FeatureLevel() <= 1 {
-		for _, p := range n.cfg.Pools {
-			if _, err := n.fsm.Pool(p.Name); err != nil {
+	if !written && f.fsm.FeatureLevel() <= 1 {
+		for _, p := range f.cfg.Pools {
+			if _, err := f.fsm.Pool(p.Name); err != nil {
 				return
 			}
 		}
 	}
-	if err := durable.Remove(filepath.Join(n.cfg.DataDir, unfinishedFile)); err != nil {
-		n.logger.Warn("could not remove the unfinished-founding marker; trying again later", "error", err)
+	if err := durable.Remove(filepath.Join(f.cfg.DataDir, unfinishedFile)); err != nil {
+		f.logger.Warn("could not remove the unfinished-founding marker; trying again later", "error", err)
 		return
 	}
-	n.unfinished.Store(false)
+	f.unfinished.Store(false)
 }

@@ -43,6 +43,8 @@ type Node struct {
 	// fwd makes this node's calls to the leader, and its probes
 	// (package node/internal/forward).
 	fwd *forward.Client
+	// probes asks other nodes what they are (probe.go).
+	probes *prober
 
 	// commit is the leader's group commit (commit.go).
 	commit *groupCommit
@@ -61,28 +63,11 @@ type Node struct {
 	// made once /readyz says ready finds the configured pools and the
 	// service network.
 	settled atomic.Uint64
-	// bootstrapped is true when this node created the cluster's initial
-	// configuration and has not yet seen its founding finished (the
-	// unfinishedFile marker): its leadership then writes the founders'
-	// member rows, creates cfg.Pools and raises the feature level.
-	bootstrapped bool
-	// unfinished is true while unfinishedFile exists.
-	unfinished atomic.Bool
-	// established is closed once the first establish of this process has
-	// run: a founding restore waits for it, so that the state it keeps
-	// (members, cluster ID, level) is the founding's.
-	established   chan struct{}
-	establishOnce sync.Once
 	// life is the node's start-up phase (phase.go).
 	life lifecycle
-	// foundingRestore: this node founds its cluster from a backup, or
-	// finishes doing so. Set before any goroutine starts.
-	foundingRestore atomic.Bool
-	// candidate is the cluster ID this founder offers its peers (a string).
-	candidate atomic.Value
-	// clusterID is the cluster's ID (a string), "" until learned; the
-	// handshake of every connection between nodes carries it.
-	clusterID atomic.Value
+	// founder founds or joins the cluster, and keeps its ID
+	// (membership.go, foundfrom.go).
+	founder *founder
 	// lead is what this follower last learned of the leader's commit
 	// index (readiness).
 	lead leaderWord
@@ -138,12 +123,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		f.OnApply(cfg.OnApply)
 	}
 	n := &Node{cfg: cfg, id: id, logger: logger.Named("node"), fsm: f,
-		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{}),
-		established: make(chan struct{})}
+		notify: make(chan bool, 64), shutdown: make(chan struct{}), raftDown: make(chan struct{})}
 	n.levels = newFeatureLevels(n)
 	n.commit = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, cfg.BatchWait, n.shutdown, n.levels.checkKind,
 		func(entry []byte) raft.ApplyFuture { return n.raft.Apply(entry, 0) }, n.wait, cfg.OnCommit)
-	f.OnClusterID(n.learnClusterID)
+	n.founder = &founder{cfg: cfg, id: id, logger: n.logger, life: &n.life, fsm: f, shutdown: n.shutdown,
+		submit: n.submit, restore: n.restoreVia, raise: n.levels.raiseOnFounding, established: make(chan struct{})}
+	f.OnClusterID(n.founder.learnClusterID)
 	if err := n.start(ctx); err != nil {
 		close(n.shutdown)
 		if n.raft != nil {
@@ -191,19 +177,19 @@ func (n *Node) openDataDir() (disk storage.State, foundFrom *fsm.Backup, adv *ne
 	if err != nil {
 		return disk, nil, nil, err
 	}
-	if err := n.loadClusterID(); err != nil {
+	if err := n.founder.loadClusterID(); err != nil {
 		return disk, nil, nil, err
 	}
 	switch {
 	case disk.HasState:
-		foundFrom, err = n.pendingRestore()
+		foundFrom, err = n.founder.pendingRestore()
 	case cfg.loneFounder():
-		foundFrom, err = n.prepareFounding()
+		foundFrom, err = n.founder.prepareFounding()
 	}
 	if err != nil {
 		return disk, nil, nil, err
 	}
-	n.foundingRestore.Store(foundFrom != nil)
+	n.founder.restoring.Store(foundFrom != nil)
 	// The phase's first move: a node with state serves, or finishes the
 	// founding restore it was stopped in.
 	if disk.HasState && foundFrom != nil {
@@ -212,7 +198,7 @@ func (n *Node) openDataDir() (disk storage.State, foundFrom *fsm.Backup, adv *ne
 		n.life.advance(phaseServing)
 	}
 	if disk.HasState {
-		if err := n.resumeFounding(); err != nil {
+		if err := n.founder.resumeFounding(); err != nil {
 			return disk, nil, nil, err
 		}
 	}
@@ -260,6 +246,8 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	}
 	n.fwd = forward.New(forward.Config{Dial: n.mux.DialRPC, DialProbe: n.mux.DialProbe, BatchWait: n.cfg.BatchWait,
 		Leader: func() string { a, _ := n.raft.LeaderWithID(); return string(a) }, Shutdown: n.shutdown, Go: n.goFunc})
+	n.probes = &prober{fwd: n.fwd, from: n.id}
+	n.founder.attach(n.raft, n.addr, n.fwd, n.probes)
 	// Before any goroutine: leaderLoop and the Health RPC use it.
 	n.watch = newMemberWatch(n)
 	n.goFunc(n.serveRPC)
@@ -284,7 +272,7 @@ func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm
 		n.mux.OpenRaft()
 		n.warnLoneFounder()
 	} else {
-		if err := n.takePart(ctx); err != nil {
+		if err := n.founder.takePart(ctx); err != nil {
 			return err
 		}
 		n.mux.OpenRaft()
@@ -295,7 +283,7 @@ func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm
 		}
 	}
 	if foundFrom != nil {
-		if err := n.restoreFounding(ctx, foundFrom); err != nil {
+		if err := n.founder.restoreFounding(ctx, foundFrom); err != nil {
 			return err
 		}
 	}
@@ -365,33 +353,6 @@ func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
 	return logs, snaps, nil
-}
-
-// bootstrap writes the initial configuration of a new cluster: the fixed
-// voter set, or this node alone when it has no peers.
-func (n *Node) bootstrap() error {
-	servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)}}
-	if len(n.cfg.Peers) > 0 {
-		servers = nil
-		for _, p := range n.cfg.Peers {
-			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-		}
-	}
-	// Set before Raft can elect this node: establish, on the goroutine
-	// that follows leadership, reads it, and the call below is what orders
-	// the two. The marker makes it outlive a crash before the founding's
-	// writes are done.
-	if err := durable.WriteFile(filepath.Join(n.cfg.DataDir, unfinishedFile), []byte(unfinishedText), 0o600); err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	n.bootstrapped = true
-	n.unfinished.Store(true)
-	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
-	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	n.logger.Info("bootstrapped a new cluster", "voters", len(servers))
-	return nil
 }
 
 // nodeID returns cfg.ID, or the ID kept in the data directory, creating it
@@ -489,6 +450,11 @@ func (n *Node) WaitForLeader(ctx context.Context) error {
 
 // sleep waits d, or fails when ctx ends or the node closes.
 func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	return sleepOr(ctx, n.shutdown, d)
+}
+
+// sleepOr waits d, or fails when ctx ends or stop closes (ErrClosed).
+func sleepOr(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -496,7 +462,7 @@ func (n *Node) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-n.shutdown:
+	case <-stop:
 		return ErrClosed
 	}
 }
@@ -540,7 +506,7 @@ func (n *Node) leaderLoop() {
 
 // establish makes the replicated state hold what this node's configuration says.
 func (n *Node) establish(gen uint64) {
-	defer n.establishOnce.Do(func() { close(n.established) })
+	defer n.founder.markEstablished()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go func() {
@@ -550,9 +516,9 @@ func (n *Node) establish(gen uint64) {
 		case <-ctx.Done():
 		}
 	}()
-	n.nameCluster(ctx)
+	n.founder.nameCluster(ctx)
 	rows := []fsm.Member{{ID: n.id, RaftAddr: n.addr, APIAddr: n.cfg.APIAddr}}
-	if n.bootstrapped {
+	if n.founder.bootstrapped {
 		for _, p := range n.cfg.Peers {
 			if p.ID != n.id {
 				rows = append(rows, fsm.Member{ID: p.ID, RaftAddr: p.RaftAddr, APIAddr: p.APIAddr})
@@ -567,7 +533,7 @@ func (n *Node) establish(gen uint64) {
 			n.logger.Warn("could not write member row", "member", m.ID, "error", err)
 		}
 	}
-	if !n.bootstrapped {
+	if !n.founder.bootstrapped {
 		n.ensureServiceNetwork(ctx)
 		n.settle(gen)
 		return
@@ -593,7 +559,7 @@ func (n *Node) establish(gen uint64) {
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.
 	n.levels.raiseOnFounding(ctx)
-	n.finishFounding(answered)
+	n.founder.finishFounding(answered)
 }
 
 // Close shuts the node down. A leader with other voters hands leadership

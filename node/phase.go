@@ -21,11 +21,11 @@ import (
 //	                  ▼
 //	            phaseServing ◀─────────── otherwise, from the start
 //
-// Beside the phase, three facts of the founding are kept: bootstrapped
-// (this process founded the cluster and its founding is unfinished: its
-// leadership writes the founders' rows and the configured pools),
-// unfinished (the marker of that exists) and established (the first
-// establish of this process has run).
+// Beside the phase, the founder (membership.go) keeps three facts of the
+// founding: bootstrapped (this process founded the cluster and its
+// founding is unfinished: its leadership writes the founders' rows and
+// the configured pools), unfinished (the marker of that exists) and
+// established (the first establish of this process has run).
 type phase uint32
 
 const (
@@ -38,7 +38,7 @@ const (
 	phaseOffering
 	// phaseRestoring: a member founding its cluster from a backup. A
 	// founder from a backup turns every forwarded call away until the
-	// restore is done, from before it founds (Node.foundingRestore): the
+	// restore is done, from before it founds (founder.restoring): the
 	// restore would replace what was written or read before it.
 	phaseRestoring
 	// phaseServing: a member that serves.

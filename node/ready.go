@@ -68,7 +68,7 @@ func (n *Node) followLoop() {
 		if n.life.starting() || addr == "" || id == raft.ServerID(n.id) {
 			continue
 		}
-		n.finishFounding(false)
+		n.founder.finishFounding(false)
 		ctx, cancel := context.WithTimeout(context.Background(), leaderWordTTL)
 		r, err := n.probe(ctx, string(addr))
 		cancel()

@@ -48,12 +48,12 @@ restore-no-request-lookup | node/write.go | s{if prev, ok := n\.fsm\.RequestFing
 restore-disk-before-lookup | node/write.go | s{(\tterm := n\.raft\.CurrentTerm\(\)\n)}{$1\tif e := n.disk.lowError(); e != nil \{\n\t\treturn false, e\n\t\}\n} | ./test/ | ^TestRestoreRetriedAfterLostAnswer$
 request-classes-ignored | fsm/requests.go | s{if t\.classes && IsDrawnRequestID\(id\) \{}{if false \{} | ./fsm/ | ^TestKeyedRequestsOutliveDrawnOnes$
 request-table-no-lookup | fsm/state.go | s{if prev := s\.requests\.get\(r\.ID\); prev != nil \{}{if prev := s.requests.get(r.ID); false && prev != nil \{} | ./fsm/ | ^TestIdempotentRequests$
-founding-ignores-peer-state | node/membership.go | s{n\.life\.get\(\) < phaseOffering:\n\t\t\t\treturn "", n\.refuseFounding\(r\.peer, r\.reply\)}{n.life.get() < phaseOffering:\n\t\t\t\tempty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
-founding-offer-torn | node/membership.go | s{\tready := n\.life\.get\(\) >= phaseOffering\n(\tcandidate, _ := n\.candidate\.Load\(\)\.\(string\)\n)}{$1\tready := n.life.get() >= phaseOffering\n} | ./node/ | ^TestFoundingOfferWhole$
+founding-ignores-peer-state | node/membership.go | s{f\.life\.get\(\) < phaseOffering:\n\t\t\t\treturn "", f\.refuseFounding\(r\.peer, r\.reply\)}{f.life.get() < phaseOffering:\n\t\t\t\tempty[r.peer.ID], ready[r.peer.ID] = true, true} | ./test/ | ^TestWipedVoterRefused$|^TestDiskLostRightAfterFirstEntries$
+founding-offer-torn | node/membership.go | s{\tready := f\.life\.get\(\) >= phaseOffering\n(\tcandidate, _ := f\.candidate\.Load\(\)\.\(string\)\n)}{$1\tready := f.life.get() >= phaseOffering\n} | ./node/ | ^TestFoundingOfferWhole$
 founding-counts-offer-without-candidate | node/membership.go | s{case r\.reply\.Ready && r\.reply\.Candidate != "":}{case r.reply.Ready:} | ./node/ | ^TestFoundingWaitsForTheCandidate$
-founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tn\.offerCandidate\(c\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
-lone-node-opens-without-cluster-id | node/membership.go | s{if err := n\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
-lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase n.ClusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
+founding-marker-skips-the-wait | node/membership.go | s{(\t\t\tf\.offerCandidate\(c\)\n)(\t\t\})}{$1\t\t\treturn c, nil\n$2} | ./test/ | ^TestFoundingResumesAfterCrash$
+lone-node-opens-without-cluster-id | node/membership.go | s{if err := f\.keepClusterID\(uuid\.NewString\(\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLoneRestartNotCaptured$
+lone-node-keeps-old-cluster-id | node/membership.go | s{\tdefault:\n(\t\t// A lone node without state)}{\tcase f.clusterID() == "":\n$1} | ./test/ | ^TestLoneRestartNotCaptured$
 network-pool-deletable | fsm/state.go | s{what != "" && s\.rules\.networkPoolsKept}{what != "" && false} | ./fsm/ | ^TestNetworkPoolKept$
 snapshot-needs-network-pools | fsm/snapshot.go | s{if err := checkNetworkShape\(n\); err != nil \{}{if err := s.checkNetwork(n); err != nil \{} | ./node/ | ^TestRestartAfterNetworkPoolDeleted$
 nonvoter-below-level-2 | fsm/state.go | s{if r\.Kind == KindSetMemberNonvoter && !s\.rules\.nonvoterMembers}{if false && !s.rules.nonvoterMembers} | ./fsm/ | ^TestNonvoterNeedsLevel2$
@@ -62,7 +62,7 @@ delete-service-needs-network | fsm/services.go | s{if !s\.rules\.releaseWithoutN
 healthcheck-invalid-argument | fsm/services.go | s{\t\t\tcode = CodeInvalid\n}{\t\t\tcode = CodeInvalidArgument\n} | ./fsm/ | ^TestHealthCheckNodePortOutOfRangeIsInvalid$
 backups-before-log-applied | node/backup.go | s{if applied := appliedIndex\(\); applied < floor \{}{if applied := appliedIndex(); false && applied < floor \{} | ./test/ | ^TestScheduledBackupsWaitAfterRestart$
 restore-reads-after-barrier | node/write.go | s{term := n\.raft\.CurrentTerm\(\)\n\tif err := n\.wait\(n\.raft\.Apply\(fsm\.EncodeBatch\(nil\), 0\)\)}{term := n.raft.CurrentTerm()\n\tif err := n.wait(n.raft.Barrier(0))} | ./test/ | ^TestReadyAfterRepeatedRestore$
-founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\)\n}{\t\treturn nil\n} | ./test/ | ^TestWholeClusterLost$
+founding-marker-outlives-join | node/membership.go | s{\t\treturn durable\.Remove\(filepath\.Join\(f\.cfg\.DataDir, foundingFile\)\)\n}{\t\treturn nil\n} | ./test/ | ^TestWholeClusterLost$
 founding-marker-kept | node/node.go | s{if err := durable\.Remove\(filepath\.Join\(n\.cfg\.DataDir, foundingFile\)\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestLeftoverFoundingMarkerRemoved$
 join-skips-member-check | node/membership.go | s{\tif err := fsm\.ValidateMember\(m\); err != nil \{\n\t\treturn err\n\t\}\n(\tif m\.RaftAddr == "")}{$1} | ./node/ | ^TestJoinRefusesABadMember$
 forward-sends-abandoned | node/internal/forward/batch.go | s{\t\t\tlive = append\(live, it\)\n\t\t\treqs = append\(reqs, it\.req\)\n\t\t\}\n}{\t\t\tlive = append(live, it)\n\t\t\}\n\t\treqs = append(reqs, it.req)\n} | ./node/internal/forward/ | ^TestAbandonedBeforeSendIsNotSent$
@@ -91,10 +91,10 @@ singular-ip-folded-by-proposer | node/services.go | s{if spec\.ClusterIP == "" \
 v2-fingerprint-own | fsm/command.go | s{\tif r\.Kind == KindPutServiceV2 && r\.Service != nil && len}{\tif false && len} | ./fsm/ | ^TestPutServiceV2RetryAcrossRaise$
 restore-replaces-members | node/write.go | s{if err := b\.Remember\(id, fp\)\.Write\(f, n\.fsm\.Members\(\), n\.fsm\.ClusterID\(\), n\.fsm\.FeatureLevel\(\)\); err != nil \{}{if err := b.Remember(id, fp).Write(f, nil, "", n.fsm.FeatureLevel()); err != nil \{} | ./test/ | ^TestRestoreKeepsMembers$
 lone-node-founds-beside-backups | node/foundfrom.go | s{newest, count, err := cfg\.backupsSayLost\(\)\n\tif err != nil \|\| count == 0 \{\n\t\treturn nil, err}{newest, count, err := cfg.backupsSayLost()\n\tif true \{\n\t\treturn nil, err} | ./node/ | ^TestLoneNodeLostDiskRefusesToFoundEmpty$
-founding-takes-foreign-cluster | node/membership.go | s{case r\.reply\.HasState && !slices\.Contains\(r\.reply\.Voters, n\.id\):}{case r.reply.HasState && !slices.Contains(r.reply.Voters, n.id) && false:} | ./test/ | ^TestWholeClusterLost$
-whole-cluster-founds-beside-backups | node/membership.go | s{\t\t\tif err := n\.refuseLostCluster\(\); err != nil \{\n\t\t\t\treturn "", err\n\t\t\t\}\n}{} | ./test/ | ^TestWholeClusterLost$
-founding-restore-forgotten | node/foundfrom.go | s{\tif n\.cfg\.RestoreFrom == "" \{\n\t\treturn nil, fmt\.Errorf\("refusing}{\tif n.cfg.RestoreFrom == "" \{\n\t\treturn nil, nil\n\t\treturn nil, fmt.Errorf("refusing} | ./node/ | ^TestLoneNodeFoundingInterrupted$
-restore-from-with-state | node/foundfrom.go | s{\t\tif n\.cfg\.RestoreFrom != "" \|\| n\.cfg\.FoundEmpty \{\n\t\t\tn\.logger\.Warn}{\t\tif n.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(n.cfg.RestoreFrom)\n\t\t\tn.logger.Warn} | ./node/ | ^TestLoneNodeFoundsFromBackup$
+founding-takes-foreign-cluster | node/membership.go | s{case r\.reply\.HasState && !slices\.Contains\(r\.reply\.Voters, f\.id\):}{case r.reply.HasState && !slices.Contains(r.reply.Voters, f.id) && false:} | ./test/ | ^TestWholeClusterLost$
+whole-cluster-founds-beside-backups | node/membership.go | s{\t\t\tif err := f\.refuseLostCluster\(\); err != nil \{\n\t\t\t\treturn "", err\n\t\t\t\}\n}{} | ./test/ | ^TestWholeClusterLost$
+founding-restore-forgotten | node/foundfrom.go | s{\tif f\.cfg\.RestoreFrom == "" \{\n\t\treturn nil, fmt\.Errorf\("refusing}{\tif f.cfg.RestoreFrom == "" \{\n\t\treturn nil, nil\n\t\treturn nil, fmt.Errorf("refusing} | ./node/ | ^TestLoneNodeFoundingInterrupted$
+restore-from-with-state | node/foundfrom.go | s{\t\tif f\.cfg\.RestoreFrom != "" \|\| f\.cfg\.FoundEmpty \{\n\t\t\tf\.logger\.Warn}{\t\tif f.cfg.RestoreFrom != "" \{\n\t\t\treturn readBackupFile(f.cfg.RestoreFrom)\n\t\t\tf.logger.Warn} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 founding-restore-fresh-id | node/foundfrom.go | s{id := fmt\.Sprintf\("rangealloc:found-from-%016x", b\.Fingerprint\(\)\)}{id := drawRequestID()} | ./node/ | ^TestLoneNodeFoundsFromBackup$
 wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \{}{ok \&\& n <= math.MaxUint64 \{} | ./api/internal/wire/ | ^TestDecodeLeavesTheRestToEncodingJSON$
 strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
@@ -104,7 +104,7 @@ ready-before-pools | node/node.go | s{ && n\.settled\.Load\(\) == n\.leaderGen\.
 snapshot-dir-not-synced | node/internal/storage/snapstore.go | s{if err := durable\.SyncDir\(tmp\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestE2EPowerCut$
 data-dir-parent-not-synced | internal/durable/durable.go | s{\treturn SyncDir\(parent\)\n}{\treturn nil\n} | ./test/ | ^TestE2EPowerCut$
 snapshot-save-not-synced | cmd/rangealloc/commands.go | s{durable\.WriteFile\(args\[0\], data, 0o600\)}{func() error { _ = durable.SyncDir; return os.WriteFile(args[0], data, 0o600) }()} | ./test/ | ^TestE2EPowerCut$
-founding-unfinished-ignored | node/membership.go | s{\tn\.bootstrapped = true\n\tn\.unfinished\.Store\(true\)\n\tn\.logger\.Info}{\tn.logger.Info} | ./node/ | ^TestFoundingResumes$
+founding-unfinished-ignored | node/membership.go | s{\tf\.bootstrapped = true\n\tf\.unfinished\.Store\(true\)\n\tf\.logger\.Info}{\tf.logger.Info} | ./node/ | ^TestFoundingResumes$
 state-marker-never-pending | node/internal/storage/storage.go | s{durable\.WriteFile\(m\.path, \[\]byte\(PendingMarkerText\), 0o600\)}{durable.WriteFile(m.path, []byte(MarkerText), 0o600)} | ./node/ | ^TestStorageMarkerPending$
 EOF
 )
