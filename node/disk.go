@@ -305,7 +305,7 @@ func guardDisk(n *Node) *diskGuard {
 			}
 			return voters, nil
 		},
-		probe:    n.probe,
+		probe:    n.probes.probe,
 		transfer: func(to raft.Server) error { return n.wait(n.raft.LeadershipTransferToServer(to.ID, to.Address)) },
 		timeoutNow: func(to raft.Server) error {
 			hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id),

@@ -297,12 +297,14 @@ func newFeatureLevels(n *Node) *featureLevels {
 			}
 			return f.Configuration().Servers, nil
 		},
-		probeAll: n.probeAll, submit: n.submit, leading: n.IsLeader, sleep: n.sleep,
+		probeAll: func(ctx context.Context, peers []Peer) []probeResult { return n.probes.probeAll(ctx, peers) },
+		submit:   n.submit, leading: n.IsLeader,
+		sleep: func(ctx context.Context, d time.Duration) error { return sleepOr(ctx, n.shutdown, d) },
 		probeLeader: func(ctx context.Context) (*wire.ProbeReply, error) {
 			addr, _ := n.raft.LeaderWithID()
 			if addr == "" {
 				return nil, ErrNoLeader
 			}
-			return n.probe(ctx, string(addr))
+			return n.probes.probe(ctx, string(addr))
 		}}
 }

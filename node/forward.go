@@ -84,7 +84,7 @@ func (n *Node) serveRPC() {
 			}
 			served := conn
 			if secure {
-				isMember := func() bool { m, _ := n.inConfiguration(peer); return m }
+				isMember := func() bool { m, _ := inConfiguration(n.raft, peer); return m }
 				if !isMember() {
 					served = &budgetConn{Conn: conn, left: nonMemberReadBudget, isMember: isMember, spent: func() {
 						n.logger.Warn("forwarding RPC: closing a connection from a node that is not a member: it sent more than a newcomer may",
@@ -172,7 +172,7 @@ func (s *rpcService) member() *wireErr {
 	if !s.secure {
 		return nil // plain TCP: --insecure, or loopback only
 	}
-	if member, _ := s.n.inConfiguration(s.peer); member {
+	if member, _ := inConfiguration(s.n.raft, s.peer); member {
 		return nil
 	}
 	s.n.logger.Warn("refusing a forwarded call from a node that is not a member", "peer", s.peer)

@@ -100,7 +100,7 @@ func newMemberWatch(n *Node) *memberWatch {
 	w := &memberWatch{id: n.id, raft: n.raft, fsm: n.fsm, cleanupAfter: n.cfg.CleanupDeadAfter, logger: n.logger,
 		shutdown: n.shutdown, goFunc: n.goFunc,
 		leads:     func(gen uint64) bool { return n.leaderGen.Load() == gen && n.IsLeader() },
-		probeAll:  n.probeAll,
+		probeAll:  n.probes.probeAll,
 		self:      n.probeReply,
 		clusterID: n.ClusterID,
 		remove:    func(ctx context.Context, id string) error { return n.removeMemberOnLeader(ctx, id, "") },

@@ -145,6 +145,22 @@ func (f *founder) markEstablished() {
 	f.establishOnce.Do(func() { close(f.established) })
 }
 
+// warnLoneFounder warns when a node started with neither Peers nor Join
+// is one of several voters: if its data directory is lost, those flags
+// make it found a new, empty cluster of its own (DESIGN, "Who may take
+// part") instead of refusing to start, and clients that call it would be
+// given values the real cluster holds.
+func (f *founder) warnLoneFounder() {
+	if len(f.cfg.Peers) > 0 || len(f.cfg.Join) > 0 || f.cfg.JoinVia != nil {
+		return
+	}
+	if voters := countVoters(f.raft); voters > 1 {
+		f.logger.Warn("this node runs without --join or --peers, but is one of several voters: if its data directory is lost, "+
+			"it will found a new, empty cluster instead of refusing to start; start it with --join <another member's HTTP address> "+
+			"(a node with state ignores it)", "voters", voters)
+	}
+}
+
 // takePart brings a node without state into a cluster: it bootstraps,
 // founds with its peers, or joins, and returns once it may take part, or
 // with the reason it must not.
@@ -454,7 +470,7 @@ func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
 			return err
 		}
 	}
-	r, err := n.probe(ctx, m.RaftAddr)
+	r, err := n.probes.probe(ctx, m.RaftAddr)
 	if err != nil {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
 			"cannot reach %s at Raft address %s to check it before adding it (%v): start it with --join first", m.ID, m.RaftAddr, err)}

@@ -215,7 +215,7 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	var err error
 	n.mux, err = transport.Listen(cfg.RaftAddr, adv, transport.Options{Logger: n.logger, ClusterID: n.ClusterID,
 		DialRPC: cfg.DialRPC, RaftClosed: true, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
-		AllowRaftPeer: n.raftPeerAllowed})
+		AllowRaftPeer: func(id string) bool { return raftPeerAllowed(n.raft, id) }})
 	if err != nil {
 		return fmt.Errorf("raft address: %w", err)
 	}
@@ -226,7 +226,11 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 		trans = cfg.WrapTransport(trans)
 	}
 	n.raftTrans = trans
-	logs, snaps, err := n.openStores(disk.Marked)
+	var (
+		logs  raft.LogStore
+		snaps raft.SnapshotStore
+	)
+	n.store, logs, snaps, err = openStores(n.cfg, n.logStore, disk.Marked, &n.stall, n.logger)
 	if err != nil {
 		return err
 	}
@@ -270,7 +274,7 @@ func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm
 			return err
 		}
 		n.mux.OpenRaft()
-		n.warnLoneFounder()
+		n.founder.warnLoneFounder()
 	} else {
 		if err := n.founder.takePart(ctx); err != nil {
 			return err
@@ -292,38 +296,22 @@ func (n *Node) takePlace(ctx context.Context, disk storage.State, foundFrom *fsm
 	return nil
 }
 
-// warnLoneFounder warns when a node started with neither Peers nor Join
-// is one of several voters: if its data directory is lost, those flags
-// make it found a new, empty cluster of its own (DESIGN, "Who may take
-// part") instead of refusing to start, and clients that call it would be
-// given values the real cluster holds.
-func (n *Node) warnLoneFounder() {
-	if len(n.cfg.Peers) > 0 || len(n.cfg.Join) > 0 || n.cfg.JoinVia != nil {
-		return
-	}
-	if voters := n.voters(); voters > 1 {
-		n.logger.Warn("this node runs without --join or --peers, but is one of several voters: if its data directory is lost, "+
-			"it will found a new, empty cluster instead of refusing to start; start it with --join <another member's HTTP address> "+
-			"(a node with state ignores it)", "voters", voters)
-	}
-}
-
 // raftPeerAllowed tells the transport whether the node id (named by its
 // TLS certificate) may speak Raft to this one: only a member of this
 // node's latest configuration may, so a certificate of the cluster's CA
 // that names no member cannot append entries or ask for votes. A node
 // with no configuration yet is being joined: the leader adding it is the
 // first to dial, and its entries bring the configuration.
-func (n *Node) raftPeerAllowed(id string) bool {
-	member, empty := n.inConfiguration(id)
+func raftPeerAllowed(r *raft.Raft, id string) bool {
+	member, empty := inConfiguration(r, id)
 	return member || empty
 }
 
-// inConfiguration tells whether id is a server of this node's latest
+// inConfiguration tells whether id is a server of r's latest
 // configuration (committed or not), and whether that configuration is
 // empty (a node that has not founded or joined a cluster yet).
-func (n *Node) inConfiguration(id string) (member, empty bool) {
-	f := n.raft.GetConfiguration()
+func inConfiguration(r *raft.Raft, id string) (member, empty bool) {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return false, false
 	}
@@ -334,25 +322,27 @@ func (n *Node) inConfiguration(id string) (member, empty bool) {
 	return member, len(servers) == 0
 }
 
-// openStores opens the Raft log and stable store (n.logStore: raft-boltdb
+// openStores opens the Raft log and stable store (logStore: raft-boltdb
 // with fsync on, no freelist sync, the hashmap freelist, or raft-wal; the
 // state marker written before its first write) behind a log cache, and
 // the snapshot store keeping two snapshots.
-func (n *Node) openStores(marked bool) (raft.LogStore, raft.SnapshotStore, error) {
-	s, err := storage.Open(n.cfg.DataDir, n.logStore, n.cfg.WALSegmentSize, n.logger)
+func openStores(cfg Config, logStore string, marked bool, stall *storage.StallWatch, logger hclog.Logger) (*storage.Store, raft.LogStore, raft.SnapshotStore, error) {
+	s, err := storage.Open(cfg.DataDir, logStore, cfg.WALSegmentSize, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	n.store = storage.NewStore(s, n.cfg.DataDir, marked, &n.stall, n.cfg.BeforeStoreWrite)
-	logs, err := raft.NewLogCache(1024, n.store)
+	store := storage.NewStore(s, cfg.DataDir, marked, stall, cfg.BeforeStoreWrite)
+	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
-		return nil, nil, err
+		store.Close()
+		return nil, nil, nil, err
 	}
-	snaps, err := storage.OpenSnapshots(n.cfg.DataDir, 2, n.logger.Named("snapshots"))
+	snaps, err := storage.OpenSnapshots(cfg.DataDir, 2, logger.Named("snapshots"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot store: %w", err)
+		store.Close()
+		return nil, nil, nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	return logs, snaps, nil
+	return store, logs, snaps, nil
 }
 
 // nodeID returns cfg.ID, or the ID kept in the data directory, creating it
@@ -442,15 +432,10 @@ func (n *Node) WaitForLeader(ctx context.Context) error {
 		if addr, _ := n.raft.LeaderWithID(); addr != "" {
 			return nil
 		}
-		if err := n.sleep(ctx, n.cfg.RetryInterval); err != nil {
+		if err := sleepOr(ctx, n.shutdown, n.cfg.RetryInterval); err != nil {
 			return fmt.Errorf("%w: %v", ErrNoLeader, err)
 		}
 	}
-}
-
-// sleep waits d, or fails when ctx ends or the node closes.
-func (n *Node) sleep(ctx context.Context, d time.Duration) error {
-	return sleepOr(ctx, n.shutdown, d)
 }
 
 // sleepOr waits d, or fails when ctx ends or stop closes (ErrClosed).
@@ -575,7 +560,7 @@ func (n *Node) close(handover bool) error {
 	n.closeOnce.Do(func() {
 		// A stalled leader's loop cannot run a transfer: it would wait
 		// for the disk. Raft's shutdown below waits for it all the same.
-		if handover && n.IsLeader() && n.voters() > 1 && !n.DiskStalled() {
+		if handover && n.IsLeader() && countVoters(n.raft) > 1 && !n.DiskStalled() {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.logger.Warn("leadership transfer before shutdown failed", "error", err)
 			}
@@ -610,8 +595,8 @@ func (n *Node) closeResources() {
 	}
 }
 
-func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
+func countVoters(r *raft.Raft) int {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}

@@ -307,7 +307,7 @@ func TestJoinRefusesABadMember(t *testing.T) {
 	t.Cleanup(func() { stop(); <-opened })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.Eventually(t, func() bool { _, err := a.probe(ctx, cfg.RaftAddr); return err == nil }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { _, err := a.probes.probe(ctx, cfg.RaftAddr); return err == nil }, 10*time.Second, 20*time.Millisecond)
 
 	err := a.addMemberOnLeader(ctx, fsm.Member{ID: "b", RaftAddr: cfg.RaftAddr, APIAddr: strings.Repeat("a", fsm.MaxAddressLen+1)})
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})

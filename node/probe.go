@@ -96,13 +96,3 @@ func (n *Node) probeReply() *wire.ProbeReply {
 	n.disk.fillProbe(r)
 	return r
 }
-
-// probe asks the node at addr about itself (prober.probe).
-func (n *Node) probe(ctx context.Context, addr string) (*wire.ProbeReply, error) {
-	return n.probes.probe(ctx, addr)
-}
-
-// probeAll probes peers concurrently (prober.probeAll).
-func (n *Node) probeAll(ctx context.Context, peers []Peer) []probeResult {
-	return n.probes.probeAll(ctx, peers)
-}

@@ -70,7 +70,7 @@ func (n *Node) followLoop() {
 		}
 		n.founder.finishFounding(false)
 		ctx, cancel := context.WithTimeout(context.Background(), leaderWordTTL)
-		r, err := n.probe(ctx, string(addr))
+		r, err := n.probes.probe(ctx, string(addr))
 		cancel()
 		if err == nil && r.Leader && r.ID == string(id) {
 			n.lead.set(r.ID, r.CommitIndex)
@@ -100,7 +100,7 @@ func (n *Node) Readiness() Readiness {
 	if addr == "" {
 		return not(ReasonNoLeader, "no leader known")
 	}
-	if member, _ := n.inConfiguration(n.id); !member {
+	if member, _ := inConfiguration(n.raft, n.id); !member {
 		return not(ReasonNotAMember, "this node is not in the cluster's configuration")
 	}
 	applied := n.fsm.AppliedIndex()

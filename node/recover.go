@@ -170,15 +170,15 @@ func Recover(cfg RecoverConfig) (res RecoverResult, err error) {
 	if !disk.HasState {
 		return res, fmt.Errorf("%w: %s holds no Raft state: there is nothing to recover", ErrRecoverRefused, cfg.DataDir)
 	}
-	n := &Node{cfg: Config{DataDir: cfg.DataDir}, logger: logger, logStore: store}
-	logs, snaps, err := n.openStores(disk.Marked)
+	var stall storage.StallWatch
+	stable, logs, snaps, err := openStores(Config{DataDir: cfg.DataDir}, store, disk.Marked, &stall, logger)
 	if err != nil {
 		return res, err
 	}
-	defer n.store.Close()
+	defer stable.Close()
 	_, trans := raft.NewInmemTransport("")
 	defer trans.Close()
-	if err := recoverStores(cfg, &res, logs, n.store, snaps, trans, logger); err != nil {
+	if err := recoverStores(cfg, &res, logs, stable, snaps, trans, logger); err != nil {
 		return res, err
 	}
 	res.Took = time.Since(start)

@@ -113,7 +113,7 @@ func route[T any](ctx context.Context, n *Node, c call[T]) (T, error) {
 			err = ErrClosed
 		}
 		last = err
-		if errors.Is(err, ErrClosed) || n.sleep(ctx, n.cfg.RetryInterval) != nil {
+		if errors.Is(err, ErrClosed) || sleepOr(ctx, n.shutdown, n.cfg.RetryInterval) != nil {
 			break
 		}
 	}
