@@ -412,7 +412,7 @@ func (c *diskCluster) leader(t *testing.T) *Node {
 	var l *Node
 	require.Eventually(t, func() bool {
 		for _, n := range c.nodes {
-			if n.IsLeader() && n.ready.Load() {
+			if n.IsLeader() && n.leader.ready.Load() {
 				l = n
 				return true
 			}

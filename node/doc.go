@@ -22,6 +22,7 @@
 //
 //	node.go                Node, Open (openDataDir, startRaft, takePlace), Close, leadership
 //	phase.go               the start-up phase and its transitions
+//	leader.go              a leader's steps: leader, ready (reads), settled (serves)
 //	route.go               the one "on the leader, else forward, retry" loop
 //	apply.go               submit: a write's route and its request ID
 //	commit.go              the leader's group commit (batchLoop, resolveLoop)

@@ -95,7 +95,7 @@ func (l *featureLevels) checkKind(ctx context.Context, k fsm.Kind) outcome {
 // term waits for its commit index; one that has not (its commit index may
 // be below what the leader before it committed) commits an empty entry.
 func (n *Node) catchUp(ctx context.Context) error {
-	if n.ready.Load() {
+	if n.leader.ready.Load() {
 		return n.fsm.WaitApplied(ctx, n.raft.CommitIndex())
 	}
 	done := make(chan error, 1)

@@ -99,7 +99,7 @@ type memberWatch struct {
 func newMemberWatch(n *Node) *memberWatch {
 	w := &memberWatch{id: n.id, raft: n.raft, fsm: n.fsm, cleanupAfter: n.cfg.CleanupDeadAfter, logger: n.logger,
 		shutdown: n.shutdown, goFunc: n.goFunc,
-		leads:     func(gen uint64) bool { return n.leaderGen.Load() == gen && n.IsLeader() },
+		leads:     func(gen uint64) bool { return n.leader.gen.Load() == gen && n.IsLeader() },
 		probeAll:  n.probes.probeAll,
 		self:      n.probeReply,
 		clusterID: n.ClusterID,

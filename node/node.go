@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rangealloc/rangealloc/node/internal/forward"
@@ -52,17 +51,8 @@ type Node struct {
 	levels *featureLevels
 	notify chan bool
 
-	// ready is true while this node is the leader and has applied an entry
-	// of its current term, so its state holds everything committed before
-	// it took over: only then does it serve linearizable reads.
-	ready     atomic.Bool
-	leaderGen atomic.Uint64
-	// settled is the leadership (a leaderGen value) whose establish has
-	// written what this node's configuration says: until then the leader
-	// is not ready, nor does it tell followers it leads, so that a call
-	// made once /readyz says ready finds the configured pools and the
-	// service network.
-	settled atomic.Uint64
+	// leader is what this node knows of its own leadership (leader.go).
+	leader leadership
 	// life is the node's start-up phase (phase.go).
 	life lifecycle
 	// founder founds or joins the cluster, and keeps its ID
@@ -408,24 +398,6 @@ func (n *Node) RaftAddr() string { return n.addr }
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// settle records that the establish of leadership gen is done. An
-// establish of an older leadership can still be running (its calls retry
-// through the new leader): settled only ever moves forward.
-func (n *Node) settle(gen uint64) {
-	for {
-		cur := n.settled.Load()
-		if cur >= gen || n.settled.CompareAndSwap(cur, gen) {
-			return
-		}
-	}
-}
-
-// leading reports whether this node leads and serves: it has applied an
-// entry of its term and written what its configuration says (establish).
-func (n *Node) leading() bool {
-	return n.IsLeader() && n.ready.Load() && n.settled.Load() == n.leaderGen.Load()
-}
-
 // WaitForLeader blocks until the cluster has a leader this node knows of.
 func (n *Node) WaitForLeader(ctx context.Context) error {
 	for {
@@ -469,8 +441,8 @@ func (n *Node) leaderLoop() {
 		case <-n.shutdown:
 			return
 		case leader := <-n.notify:
-			n.ready.Store(false)
-			gen := n.leaderGen.Add(1)
+			n.leader.ready.Store(false)
+			gen := n.leader.gen.Add(1)
 			n.watch.follow(leader, gen)
 			if !leader {
 				n.logger.Info("lost leadership")
@@ -481,8 +453,8 @@ func (n *Node) leaderLoop() {
 				n.logger.Warn("first entry of the term failed", "error", err)
 				continue
 			}
-			if n.leaderGen.Load() == gen && n.IsLeader() {
-				n.ready.Store(true)
+			if n.leader.gen.Load() == gen && n.IsLeader() {
+				n.leader.ready.Store(true)
 				n.goFunc(func() { n.establish(gen) })
 			}
 		}
@@ -520,7 +492,7 @@ func (n *Node) establish(gen uint64) {
 	}
 	if !n.founder.bootstrapped {
 		n.ensureServiceNetwork(ctx)
-		n.settle(gen)
+		n.leader.settle(gen)
 		return
 	}
 	answered := true // every pool's write got a definite answer
@@ -540,7 +512,7 @@ func (n *Node) establish(gen uint64) {
 		}
 	}
 	n.ensureServiceNetwork(ctx)
-	n.settle(gen)
+	n.leader.settle(gen)
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.
 	n.levels.raiseOnFounding(ctx)

@@ -324,9 +324,9 @@ func TestJoinRefusesABadMember(t *testing.T) {
 func TestProbeNamesALeaderOnceReady(t *testing.T) {
 	n := openReady(t, testConfig(t, t.TempDir()))
 	require.True(t, n.probeReply().Leader)
-	n.ready.Store(false)
+	n.leader.ready.Store(false)
 	assert.False(t, n.probeReply().Leader, "a leader that has not applied an entry of its term")
-	n.ready.Store(true)
+	n.leader.ready.Store(true)
 	assert.True(t, n.probeReply().Leader)
 }
 

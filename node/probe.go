@@ -80,7 +80,7 @@ func (n *Node) probeReply() *wire.ProbeReply {
 	// written the configured pools and service network, which a follower
 	// that says it is ready must hold.
 	r := &wire.ProbeReply{ID: n.id, ClusterID: n.ClusterID(), Ready: ready, Candidate: candidate,
-		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.leading()}
+		Applied: n.fsm.AppliedIndex(), CommitIndex: n.raft.CommitIndex(), Leader: n.IsLeader() && n.leader.serving()}
 	r.LastIndex = n.raft.LastIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

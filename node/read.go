@@ -109,7 +109,7 @@ func (n *Node) readOnLeader(ctx context.Context, args *readArgs) (*readReply, er
 // every state machine's applied index below the commit index until the
 // next write, and followers report catching_up meanwhile (see leaderLoop).
 func (n *Node) linearize(ctx context.Context) error {
-	if !n.ready.Load() {
+	if !n.leader.ready.Load() {
 		return fmt.Errorf("%w: leader has not applied an entry of its term yet", ErrNotLeader)
 	}
 	// The future has no deadline of its own: a leader cut off from the

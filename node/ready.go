@@ -106,9 +106,9 @@ func (n *Node) Readiness() Readiness {
 	applied := n.fsm.AppliedIndex()
 	if leader == raft.ServerID(n.id) {
 		switch {
-		case !n.ready.Load():
+		case !n.leader.ready.Load():
 			return not(ReasonCatchingUp, "this leader has not applied an entry of its term yet")
-		case !n.leading():
+		case !n.IsLeader() || !n.leader.serving():
 			return not(ReasonCatchingUp, "this leader has not yet written its configured pools and service network")
 		}
 		return Readiness{Ready: true}
