@@ -29,11 +29,10 @@
 //	read.go, write.go      reads at a consistency; writes, backup and restore
 //	services.go            Kubernetes Services, reconcile, import
 //	forward.go, fwdbatch.go  the forwarding RPC's server side: the leader's end of every call
-//	membership.go          the founder: founding a cluster, joining one, the cluster ID;
-//	                       and the leader's side of a join (addMemberOnLeader)
+//	membership.go          the founder: founding a cluster, joining one, the cluster ID
 //	foundfrom.go           the founder: founding from a backup; refusing a lost cluster's node
 //	probe.go               the Probe call: asking a node what it is, and this node's answer
-//	members.go             adding, removing and transferring members
+//	members.go             the member table, and memberChanges: adding and removing members on the leader
 //	feature.go             feature levels and rolling upgrades
 //	health.go              member health, promotion and cleanup (raft-autopilot)
 //	ready.go               readiness (/readyz and rangealloc.Node.Ready)

@@ -273,7 +273,7 @@ func (s *rpcService) run(reply *callReply, fn func(ctx context.Context) error) e
 
 // AddMember adds a forwarded member.
 func (s *rpcService) AddMember(m fsm.Member, reply *callReply) error {
-	return s.run(reply, func(ctx context.Context) error { return s.n.addMemberOnLeader(ctx, m) })
+	return s.run(reply, func(ctx context.Context) error { return s.n.members.add(ctx, m) })
 }
 
 // FinalizeUpgrade raises the feature level for a follower (feature.go);
@@ -295,7 +295,7 @@ func (s *rpcService) RemoveMemberRequest(args *removeArgs, reply *callReply) err
 		if err := checkRequestID(args.RequestID); err != nil {
 			return err
 		}
-		return s.n.removeMemberOnLeader(ctx, args.ID, args.RequestID)
+		return s.n.members.remove(ctx, args.ID, args.RequestID)
 	})
 }
 
@@ -325,7 +325,7 @@ func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if s.n.IsLeader() {
-		reply.Err = toWireErr(s.n.addMemberOnLeader(ctx, m))
+		reply.Err = toWireErr(s.n.members.add(ctx, m))
 	} else if addr, _ := s.n.raft.LeaderWithID(); addr != "" {
 		reply.Err = toWireErr(s.n.fwd.Cluster(ctx, string(addr), wire.MethodAddMember, m))
 	} else {

@@ -103,7 +103,7 @@ func newMemberWatch(n *Node) *memberWatch {
 		probeAll:  n.probes.probeAll,
 		self:      n.probeReply,
 		clusterID: n.ClusterID,
-		remove:    func(ctx context.Context, id string) error { return n.removeMemberOnLeader(ctx, id, "") },
+		remove:    func(ctx context.Context, id string) error { return n.members.remove(ctx, id, "") },
 	}
 	w.health.reset()
 	w.ap = autopilot.New(apRaft{n.raft}, w, autopilot.WithLogger(n.logger.Named("autopilot")),

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
@@ -102,7 +104,7 @@ func (n *Node) Cluster() (ClusterStatus, error) {
 
 // AddMember adds a node to the cluster, or does nothing when it is a
 // member already, and records its addresses in the member table. The
-// leader asks the node first (addMemberOnLeader): it must run, and hold no
+// leader asks the node first (memberChanges.add): it must run, and hold no
 // other cluster's state. It joins as a non-voter and becomes a voter once
 // it has caught up.
 func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
@@ -114,7 +116,7 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 			return err
 		}
 	}
-	return n.onLeader(ctx, wire.MethodAddMember, m, nil, func() error { return n.addMemberOnLeader(ctx, m) })
+	return n.onLeader(ctx, wire.MethodAddMember, m, nil, func() error { return n.members.add(ctx, m) })
 }
 
 // RemoveMember removes a member from the member table and the Raft
@@ -131,35 +133,146 @@ func (n *Node) RemoveMember(ctx context.Context, id, requestID string) error {
 		requestID = drawRequestID()
 	}
 	args := &removeArgs{ID: id, RequestID: requestID}
-	return n.onLeader(ctx, wire.MethodRemoveMemberRequest, args, nil, func() error { return n.removeMemberOnLeader(ctx, id, requestID) })
+	return n.onLeader(ctx, wire.MethodRemoveMemberRequest, args, nil, func() error { return n.members.remove(ctx, id, requestID) })
 }
 
-func (n *Node) removeMemberOnLeader(ctx context.Context, id, requestID string) error {
+// memberChanges adds and removes members on the leader: the checks a
+// newcomer must pass, the change of the Raft configuration and the member
+// row. One change runs at a time (mu, the Node's memberMu, which a
+// feature-level raise holds too): a join adds its member to the
+// configuration before it writes the row, and neither a removal nor a
+// raise may decide on a membership between the two.
+type memberChanges struct {
+	mu     *sync.Mutex
+	raft   *raft.Raft
+	fsm    *fsm.FSM
+	levels *featureLevels
+	logger hclog.Logger
+
+	// What it acts through: a probe of the newcomer, the cluster's ID it
+	// must hold if it holds state, the node's write path, a wait for a
+	// Raft future, and a linearizable look at the request table.
+	probe     func(ctx context.Context, addr string) (*wire.ProbeReply, error)
+	clusterID func() string
+	submit    func(context.Context, *fsm.Request) (*fsm.Result, error)
+	wait      func(raft.Future) error
+	linearize func(context.Context) error
+}
+
+// newMemberChanges builds n's member changes, once Raft runs.
+func newMemberChanges(n *Node) *memberChanges {
+	return &memberChanges{mu: &n.memberMu, raft: n.raft, fsm: n.fsm, levels: n.levels, logger: n.logger,
+		probe: n.probes.probe, clusterID: n.ClusterID, submit: n.submit, wait: n.wait, linearize: n.linearize}
+}
+
+// add checks a newcomer over its Raft port, then adds it as a non-voter
+// (autopilot makes it a voter once it has caught up) and writes its
+// member row: the leader's side of a join.
+func (c *memberChanges) add(ctx context.Context, m fsm.Member) error {
+	// Checked here, where every path meets (AddMember, and the Join and
+	// AddMember calls forwarded from other nodes): a member the state
+	// machine would refuse must not reach the Raft configuration first.
+	if err := checkNewMember(m); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kind := fsm.KindSetMember
+	if m.Nonvoter {
+		kind = fsm.KindSetMemberNonvoter
+		if err := checkKindLevel(kind, c.fsm.FeatureLevel()); err != nil {
+			return err
+		}
+	}
+	r, err := c.probe(ctx, m.RaftAddr)
+	if err != nil {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"cannot reach %s at Raft address %s to check it before adding it (%v): start it with --join first", m.ID, m.RaftAddr, err)}
+	}
+	if r.ID != m.ID {
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"the node at Raft address %s is %q, not %q", m.RaftAddr, r.ID, m.ID)}
+	}
+	mine := c.clusterID()
+	member := r.ClusterID != "" && r.ClusterID == mine
+	if r.HasState && !member {
+		return &fsm.Error{Code: fsm.CodeNodeNotEmpty, Op: -1, Node: &fsm.NodeDetails{ClusterID: r.ClusterID, LastIndex: r.LastIndex},
+			Message: fmt.Sprintf("node %s at %s holds state of another cluster (cluster %q, last index %d): it was started on its own "+
+				"or belongs elsewhere; empty its data directory and start it with --join to add it", m.ID, m.RaftAddr, r.ClusterID, r.LastIndex)}
+	}
+	if err := c.levels.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
+		return err
+	}
+	f := c.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	var cur *raft.Server
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == m.ID {
+			cur = &s
+		}
+	}
+	switch {
+	case cur != nil && cur.Suffrage == raft.Voter && m.Nonvoter:
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
+			"member %s is a voter: to keep it a non-voter, remove it (rangealloc cluster remove %s) and add it again", m.ID, m.ID)}
+	case cur != nil && cur.Suffrage == raft.Voter && !r.HasState:
+		return &fsm.Error{Code: fsm.CodeMemberDataLost, Op: -1, Message: fmt.Sprintf(
+			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
+				"(rangealloc cluster remove %s), then join the node again", m.ID, mine, m.RaftAddr, m.ID)}
+	case cur == nil:
+		if err := c.wait(c.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
+			return fmt.Errorf("add non-voter %s: %w", m.ID, err)
+		}
+		c.logger.Info("added a non-voter; it becomes a voter once it has caught up", "id", m.ID, "raft", m.RaftAddr)
+	case string(cur.Address) != m.RaftAddr:
+		add := c.raft.AddNonvoter
+		if cur.Suffrage == raft.Voter {
+			add = c.raft.AddVoter
+		}
+		if err := c.wait(add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
+			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
+		}
+	}
+	res, err := c.submit(ctx, &fsm.Request{Kind: kind, Member: m})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return nil
+}
+
+// remove removes a member: its row, then its server. A requestID makes
+// a retry answer as the first call did (RemoveMember).
+func (c *memberChanges) remove(ctx context.Context, id, requestID string) error {
 	// One membership change at a time: a join adds its member to the
 	// configuration before it writes the row, and a retry below must not
 	// see a member between the two.
-	n.memberMu.Lock()
-	defer n.memberMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	req := &fsm.Request{Kind: fsm.KindRemoveMember, ID: requestID, Member: fsm.Member{ID: id}}
 	retry := false
 	if requestID != "" {
 		// The request table must be the cluster's latest: a call that
 		// wrote its entry under this ID, answered or not, must be found.
-		if err := n.linearize(ctx); err != nil {
+		if err := c.linearize(ctx); err != nil {
 			return err
 		}
-		_, retry = n.fsm.RequestFingerprint(requestID)
+		_, retry = c.fsm.RequestFingerprint(requestID)
 	}
 	if retry {
 		// A call under this ID got past the checks below and wrote its
 		// entry. The entry again answers what it answered then, or refuses
 		// an ID used for another request; what that call may have left
 		// undone, the configuration change, follows.
-		if err := n.removeMemberRow(ctx, req); err != nil {
+		if err := c.removeRow(ctx, req); err != nil {
 			return err
 		}
 	}
-	f := n.raft.GetConfiguration()
+	f := c.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
@@ -172,7 +285,7 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id, requestID string) e
 			inConfig, voter = true, s.Suffrage == raft.Voter
 		}
 	}
-	_, inTable := n.fsm.Member(id)
+	_, inTable := c.fsm.Member(id)
 	if retry && inTable {
 		// The call under this ID removed the row, so the member was added
 		// again since: that call's answer stands, and the member stays.
@@ -191,22 +304,22 @@ func (n *Node) removeMemberOnLeader(ctx context.Context, id, requestID string) e
 	// an ID the entry is written even for a member in the configuration
 	// without a row, to remember the ID.
 	if !retry && (inTable || requestID != "") {
-		if err := n.removeMemberRow(ctx, req); err != nil {
+		if err := c.removeRow(ctx, req); err != nil {
 			return err
 		}
 	}
 	if inConfig {
-		if err := n.wait(n.raft.RemoveServer(raft.ServerID(id), 0, 0)); err != nil {
+		if err := c.wait(c.raft.RemoveServer(raft.ServerID(id), 0, 0)); err != nil {
 			return fmt.Errorf("remove server %s: %w", id, err)
 		}
-		n.logger.Info("removed member", "id", id)
+		c.logger.Info("removed member", "id", id)
 	}
 	return nil
 }
 
-// removeMemberRow removes a member's row; a row already gone is no error.
-func (n *Node) removeMemberRow(ctx context.Context, req *fsm.Request) error {
-	res, err := n.submit(ctx, req)
+// removeRow removes a member's row; a row already gone is no error.
+func (c *memberChanges) removeRow(ctx context.Context, req *fsm.Request) error {
+	res, err := c.submit(ctx, req)
 	if err != nil {
 		return err
 	}

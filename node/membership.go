@@ -45,7 +45,7 @@ import (
 //     on does not make it a stranger) and says it is ready; once every
 //     peer has said so (or has state), it bootstraps. So every founder has answered
 //     before any bootstrapped, and all of them become voters.
-//   - With --join, the leader asks it first (addMemberOnLeader): a node
+//   - With --join, the leader asks it first (memberChanges.add): a node
 //     with another cluster's state is refused (NodeNotEmpty), and a node
 //     without state whose ID is a voter is refused (MemberDataLost). A
 //     newcomer is added as a non-voter, whose log and vote count for
@@ -83,7 +83,7 @@ const foundingFile = "founding"
 //	                  each is ready, take the least candidate), then
 //	                  keepClusterID and bootstrap;
 //	                joining: join (a member carries it to the leader's
-//	                  addMemberOnLeader), which keeps the leader's ID;
+//	                  memberChanges.add), which keeps the leader's ID;
 //	                alone: keepClusterID of a new ID, then bootstrap.
 //	              Founding from a backup: restoreFounding, once the
 //	              leader has established.
@@ -446,87 +446,6 @@ func checkNewMember(m fsm.Member) error {
 	}
 	if m.RaftAddr == "" {
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: "member raft address is empty"}
-	}
-	return nil
-}
-
-// addMemberOnLeader checks a newcomer over its Raft port, then adds it as
-// a non-voter (promoteLoop makes it a voter) and writes its member row.
-// It is the leader's side of a join, on Node: it needs the leader's Raft
-// configuration, its group commit and its feature level.
-func (n *Node) addMemberOnLeader(ctx context.Context, m fsm.Member) error {
-	// Checked here, where every path meets (AddMember, and the Join and
-	// AddMember calls forwarded from other nodes): a member the state
-	// machine would refuse must not reach the Raft configuration first.
-	if err := checkNewMember(m); err != nil {
-		return err
-	}
-	n.memberMu.Lock()
-	defer n.memberMu.Unlock()
-	kind := fsm.KindSetMember
-	if m.Nonvoter {
-		kind = fsm.KindSetMemberNonvoter
-		if err := checkKindLevel(kind, n.fsm.FeatureLevel()); err != nil {
-			return err
-		}
-	}
-	r, err := n.probes.probe(ctx, m.RaftAddr)
-	if err != nil {
-		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
-			"cannot reach %s at Raft address %s to check it before adding it (%v): start it with --join first", m.ID, m.RaftAddr, err)}
-	}
-	if r.ID != m.ID {
-		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
-			"the node at Raft address %s is %q, not %q", m.RaftAddr, r.ID, m.ID)}
-	}
-	mine := n.ClusterID()
-	member := r.ClusterID != "" && r.ClusterID == mine
-	if r.HasState && !member {
-		return &fsm.Error{Code: fsm.CodeNodeNotEmpty, Op: -1, Node: &fsm.NodeDetails{ClusterID: r.ClusterID, LastIndex: r.LastIndex},
-			Message: fmt.Sprintf("node %s at %s holds state of another cluster (cluster %q, last index %d): it was started on its own "+
-				"or belongs elsewhere; empty its data directory and start it with --join to add it", m.ID, m.RaftAddr, r.ClusterID, r.LastIndex)}
-	}
-	if err := n.levels.checkJoinLevel(m.ID, r.Version, r.FeatureLevel); err != nil {
-		return err
-	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	var cur *raft.Server
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == m.ID {
-			cur = &s
-		}
-	}
-	switch {
-	case cur != nil && cur.Suffrage == raft.Voter && m.Nonvoter:
-		return &fsm.Error{Code: fsm.CodeInvalidArgument, Op: -1, Message: fmt.Sprintf(
-			"member %s is a voter: to keep it a non-voter, remove it (rangealloc cluster remove %s) and add it again", m.ID, m.ID)}
-	case cur != nil && cur.Suffrage == raft.Voter && !r.HasState:
-		return &fsm.Error{Code: fsm.CodeMemberDataLost, Op: -1, Message: fmt.Sprintf(
-			"member %s is a voter of cluster %s, and the node at %s has no state: its data is gone. Remove the member "+
-				"(rangealloc cluster remove %s), then join the node again", m.ID, mine, m.RaftAddr, m.ID)}
-	case cur == nil:
-		if err := n.wait(n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
-			return fmt.Errorf("add non-voter %s: %w", m.ID, err)
-		}
-		n.logger.Info("added a non-voter; it becomes a voter once it has caught up", "id", m.ID, "raft", m.RaftAddr)
-	case string(cur.Address) != m.RaftAddr:
-		add := n.raft.AddNonvoter
-		if cur.Suffrage == raft.Voter {
-			add = n.raft.AddVoter
-		}
-		if err := n.wait(add(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), 0)); err != nil {
-			return fmt.Errorf("move member %s to %s: %w", m.ID, m.RaftAddr, err)
-		}
-	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: kind, Member: m})
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		return res.Err
 	}
 	return nil
 }

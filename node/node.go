@@ -64,6 +64,8 @@ type Node struct {
 	// memberMu serializes the leader's membership decisions: a join's
 	// checks and a feature level raise (feature.go).
 	memberMu sync.Mutex
+	// members adds and removes members on the leader (members.go).
+	members *memberChanges
 	// watch runs member health, promotion and dead-member cleanup while
 	// this node leads (health.go).
 	watch *memberWatch
@@ -242,7 +244,8 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 		Leader: func() string { a, _ := n.raft.LeaderWithID(); return string(a) }, Shutdown: n.shutdown, Go: n.goFunc})
 	n.probes = &prober{fwd: n.fwd, from: n.id}
 	n.founder.attach(n.raft, n.addr, n.fwd, n.probes)
-	// Before any goroutine: leaderLoop and the Health RPC use it.
+	// Before any goroutine: leaderLoop and the RPCs use them.
+	n.members = newMemberChanges(n)
 	n.watch = newMemberWatch(n)
 	n.goFunc(n.serveRPC)
 	n.goFunc(n.commit.batchLoop)

@@ -286,7 +286,7 @@ func TestRestartAfterNetworkPoolDeleted(t *testing.T) {
 }
 
 // TestJoinRefusesABadMember: the leader checks a member where every way
-// of adding one meets (addMemberOnLeader). The Join and AddMember calls
+// of adding one meets (memberChanges.add). The Join and AddMember calls
 // forwarded by other nodes skipped Node.AddMember's checks: a member row
 // with an API address too long for the member table was added to the Raft
 // configuration, and only then refused by the state machine.
@@ -309,7 +309,7 @@ func TestJoinRefusesABadMember(t *testing.T) {
 	defer cancel()
 	require.Eventually(t, func() bool { _, err := a.probes.probe(ctx, cfg.RaftAddr); return err == nil }, 10*time.Second, 20*time.Millisecond)
 
-	err := a.addMemberOnLeader(ctx, fsm.Member{ID: "b", RaftAddr: cfg.RaftAddr, APIAddr: strings.Repeat("a", fsm.MaxAddressLen+1)})
+	err := a.members.add(ctx, fsm.Member{ID: "b", RaftAddr: cfg.RaftAddr, APIAddr: strings.Repeat("a", fsm.MaxAddressLen+1)})
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeInvalidArgument})
 	assert.Contains(t, err.Error(), "member addresses are at most")
 	f := a.raft.GetConfiguration()

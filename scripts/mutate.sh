@@ -73,8 +73,8 @@ cross-site-write-served | api/auth.go | s{\t\tif why == "" \{\n\t\t\twhy = cross
 non-member-unbudgeted | node/forward.go | s{if !isMember\(\) \{\n}{if false \{\n} | ./test/ | ^TestNonMemberCannotAmplify$
 handshakes-unbounded | transport/mux.go | s{case len\(m\.naming\) >= MaxPendingConns:}{case false:} | ./transport/ | ^TestHandshakeFloodBounded$
 fsm-takes-stale-snapshot | fsm/fsm.go | s{!ss\.FromBackup && s\.index < applied}{false && !ss.FromBackup && s.index < applied} | ./fsm/ | ^TestRestoreRefusesStaleSnapshot$
-join-accepts-lost-voter | node/membership.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
-join-accepts-foreign-state | node/membership.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
+join-accepts-lost-voter | node/members.go | s{case cur != nil && cur\.Suffrage == raft\.Voter && !r\.HasState:}{case false:} | ./test/ | ^TestDiskLostRightAfterFirstEntries$
+join-accepts-foreign-state | node/members.go | s{if r\.HasState && !member \{}{if false && !member \{} | ./test/ | ^TestMistakenJoin$
 storage-empty-db-accepted | node/internal/storage/storage.go | s{if st\.Marked \{(\n\t\t\treturn st, &Error\{Path: dbPath, Problem: missing)}{if false \{$1} | ./node/ | ^TestStorageDamageRefused$
 storage-old-term-accepted | node/internal/storage/storage.go | s{case snap != nil && term < snap\.Term:}{case false:} | ./node/ | ^TestStorageDamageRefused$
 storage-walk-ignores-key-order | node/internal/storage/boltcheck.go | s{(\t\tswitch \{\n\t\tcase prev != nil.*?\n\t\t\})}{\t\tif false \{\n$1\n\t\t\}}s | ./node/internal/storage/ | ^TestBoltKeyFlipped$
@@ -100,7 +100,7 @@ wire-count-overflows | api/internal/wire/decode.go | s{ok && n <= math\.MaxInt \
 strict-body-trailing-bracket | api/server.go | s{if len\(bytes\.TrimLeft\(body\[dec\.InputOffset\(\):\], " \\t\\r\\n"\)\) > 0 \{}{if dec.More() \{} | ./api/ | ^TestDecodeStrictRefusesTrailingData$
 member-removal-key-unremembered | node/members.go | s{if !retry && \(inTable \|\| requestID != ""\) \{}{if !retry \&\& inTable \{} | ./node/ | ^TestRemoveMemberRetried$
 disk-stall-never-held | node/stall.go | s{\t\t\tg\.holdRaft\(true\)\n}{} | ./test/ | ^TestDiskStallLeaderGivesWay$
-ready-before-pools | node/node.go | s{ && n\.settled\.Load\(\) == n\.leaderGen\.Load\(\)}{} | ./test/ | ^TestReadyNotBeforePools$
+ready-before-pools | node/leader.go | s{ && l\.settled\.Load\(\) == l\.gen\.Load\(\)}{} | ./test/ | ^TestReadyNotBeforePools$
 snapshot-dir-not-synced | node/internal/storage/snapstore.go | s{if err := durable\.SyncDir\(tmp\); err != nil \{}{if err := error(nil); err != nil \{} | ./test/ | ^TestE2EPowerCut$
 data-dir-parent-not-synced | internal/durable/durable.go | s{\treturn SyncDir\(parent\)\n}{\treturn nil\n} | ./test/ | ^TestE2EPowerCut$
 snapshot-save-not-synced | cmd/rangealloc/commands.go | s{durable\.WriteFile\(args\[0\], data, 0o600\)}{func() error { _ = durable.SyncDir; return os.WriteFile(args[0], data, 0o600) }()} | ./test/ | ^TestE2EPowerCut$
