@@ -44,7 +44,7 @@ func (n *Node) submit(ctx context.Context, req *fsm.Request) (*fsm.Result, error
 			}
 			return nil, nil, false
 		},
-		local: func(ctx context.Context) (*fsm.Result, bool, error) { return applied(n.propose(ctx, req)) },
+		local: func(ctx context.Context) (*fsm.Result, bool, error) { return applied(n.commit.propose(ctx, req)) },
 		remote: func(ctx context.Context, addr string) (*fsm.Result, bool, error) {
 			o := n.fwd.Submit(ctx, addr, req)
 			return applied(outcome{res: o.Result, err: refusedForwarding(o.Err), definite: o.Definite})
@@ -88,15 +88,6 @@ func checkRequestID(id string) error {
 			Message: fmt.Sprintf("request ID is %d bytes long; at most %d", len(id), fsm.MaxRequestID)}
 	}
 	return nil
-}
-
-// propose hands a request to this leader's group commit and waits for it.
-func (n *Node) propose(ctx context.Context, req *fsm.Request) outcome {
-	p, o := n.commit.enqueue(ctx, req)
-	if p == nil {
-		return o
-	}
-	return n.commit.await(ctx, p)
 }
 
 // wait returns f's error, or ErrClosed once Raft has stopped without

@@ -65,6 +65,15 @@ func newGroupCommit(maxBatch, maxInflight int, batchWait time.Duration, shutdown
 		slots: make(chan struct{}, maxInflight)}
 }
 
+// propose hands a request to this leader's group commit and waits for it.
+func (g *groupCommit) propose(ctx context.Context, req *fsm.Request) outcome {
+	p, o := g.enqueue(ctx, req)
+	if p == nil {
+		return o
+	}
+	return g.await(ctx, p)
+}
+
 // enqueue hands a request to the group commit. A nil proposal comes with
 // the outcome that refused it, definite.
 func (g *groupCommit) enqueue(ctx context.Context, req *fsm.Request) (*proposal, outcome) {

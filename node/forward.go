@@ -236,7 +236,7 @@ func (s *rpcService) Submit(args *submitArgs, reply *submitReply) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	s.answer(reply, s.n.propose(ctx, req))
+	s.answer(reply, s.n.commit.propose(ctx, req))
 	return nil
 }
 
@@ -367,7 +367,7 @@ func (s *rpcService) RestoreRequest(args *restoreArgs, reply *callReply) error {
 		if id == "" {
 			id, fp = drawRequestID(), b.Fingerprint()
 		}
-		maybe, err := s.n.restoreOnLeader(b, id, fp)
+		maybe, err := s.n.restores.onLeader(b, id, fp)
 		if err != nil && !maybe && lostLead(err) {
 			// Nothing reached raft.Restore: a definite refusal, which the
 			// follower retries through the next leader.

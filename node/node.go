@@ -69,9 +69,8 @@ type Node struct {
 	// watch runs member health, promotion and dead-member cleanup while
 	// this node leads (health.go).
 	watch *memberWatch
-	// restoreMu runs this leader's restores one at a time
-	// (restoreOnLeader).
-	restoreMu sync.Mutex
+	// restores hands backups to Raft on the leader (write.go).
+	restores *restorer
 	// backups writes the scheduled backups; nil without Config.BackupDir.
 	backups *backuper
 	// disk is what this node last read of its disk (disk.go).
@@ -246,6 +245,7 @@ func (n *Node) startRaft(disk storage.State, adv *net.TCPAddr) error {
 	n.founder.attach(n.raft, n.addr, n.fwd, n.probes)
 	// Before any goroutine: leaderLoop and the RPCs use them.
 	n.members = newMemberChanges(n)
+	n.restores = &restorer{raft: n.raft, fsm: n.fsm, disk: &n.disk, wait: n.wait, dir: n.cfg.DataDir, logger: n.logger}
 	n.watch = newMemberWatch(n)
 	n.goFunc(n.serveRPC)
 	n.goFunc(n.commit.batchLoop)
@@ -494,7 +494,7 @@ func (n *Node) establish(gen uint64) {
 		}
 	}
 	if !n.founder.bootstrapped {
-		n.ensureServiceNetwork(ctx)
+		ensureServiceNetwork(ctx, n.cfg.ServiceNetwork, n.fsm, n.submit, n.logger)
 		n.leader.settle(gen)
 		return
 	}
@@ -514,7 +514,7 @@ func (n *Node) establish(gen uint64) {
 			n.logger.Info("created pool", "pool", p.Name, "range", p.Range)
 		}
 	}
-	n.ensureServiceNetwork(ctx)
+	ensureServiceNetwork(ctx, n.cfg.ServiceNetwork, n.fsm, n.submit, n.logger)
 	n.leader.settle(gen)
 	// Last: it waits for every founder to answer, and a founder that is
 	// down must not hold up the pools, nor readiness.

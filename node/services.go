@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
 	"github.com/rangealloc/rangealloc/node/internal/wire"
@@ -252,27 +253,27 @@ func nonEmpty(ss []string) []string {
 // ensureServiceNetwork sets the configured service network on a cluster
 // that has none, once its pools exist: at bootstrap, and on a cluster
 // that predates Services.
-func (n *Node) ensureServiceNetwork(ctx context.Context) {
-	sn := n.cfg.ServiceNetwork
-	if sn == nil || n.fsm.ServiceNetwork().Set() {
+func ensureServiceNetwork(ctx context.Context, sn *fsm.ServiceNetwork, f *fsm.FSM,
+	submit func(context.Context, *fsm.Request) (*fsm.Result, error), logger hclog.Logger) {
+	if sn == nil || f.ServiceNetwork().Set() {
 		return
 	}
 	for _, name := range []string{sn.IPv4Pool, sn.IPv6Pool, sn.NodePortPool} {
 		if name == "" {
 			continue
 		}
-		if _, err := n.fsm.Pool(name); err != nil {
-			n.logger.Debug("not setting the service network: its pool is missing", "pool", name)
+		if _, err := f.Pool(name); err != nil {
+			logger.Debug("not setting the service network: its pool is missing", "pool", name)
 			return
 		}
 	}
-	res, err := n.submit(ctx, &fsm.Request{Kind: fsm.KindSetServiceNetwork, ID: "bootstrap-service-network", Network: *sn, IfUnset: true})
+	res, err := submit(ctx, &fsm.Request{Kind: fsm.KindSetServiceNetwork, ID: "bootstrap-service-network", Network: *sn, IfUnset: true})
 	switch {
 	case err != nil:
-		n.logger.Warn("could not set the service network", "error", err)
+		logger.Warn("could not set the service network", "error", err)
 	case res.Err != nil:
-		n.logger.Warn("service network not set", "error", res.Err)
+		logger.Warn("service network not set", "error", res.Err)
 	case res.Created:
-		n.logger.Info("set the service network", "families", fmt.Sprint(sn.Families))
+		logger.Info("set the service network", "families", fmt.Sprint(sn.Families))
 	}
 }

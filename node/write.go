@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/rangealloc/rangealloc/allocator"
 	"github.com/rangealloc/rangealloc/fsm"
@@ -139,7 +141,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 // format version first, so that a stream of something else fails after
 // its first read; an invalid or unreadable one (ErrInvalidBackup) changes
 // nothing. The leader holds the decoded state, not the stream's bytes,
-// and writes it to a temp file for Raft (restoreOnLeader); a follower
+// and writes it to a temp file for Raft (restorer.onLeader); a follower
 // forwards a valid backup whole. While this node's disk or the leader's
 // is low the restore is refused (fsm.CodeInsufficientStorage).
 //
@@ -178,7 +180,7 @@ func (n *Node) restoreVia(ctx context.Context, b *fsm.Backup, id string, fp uint
 		name: "restore",
 		id:   id,
 		local: func(context.Context) (struct{}, bool, error) {
-			maybe, err := n.restoreOnLeader(b, id, fp)
+			maybe, err := n.restores.onLeader(b, id, fp)
 			if err != nil && !maybe && !lostLead(err) && !errors.Is(err, ErrClosed) && !errors.Is(err, raft.ErrRaftShutdown) {
 				// This leader failed before raft.Restore (a temp file it
 				// cannot write) for a reason other than a lost lead, which
@@ -224,7 +226,19 @@ func lostLead(err error) bool {
 		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, ErrNotLeader)
 }
 
-// restoreOnLeader hands a checked backup to Raft, which installs it on
+// restorer hands a checked backup to Raft on the leader, one restore at
+// a time (mu): two under one request ID must not both find it unknown.
+type restorer struct {
+	mu     sync.Mutex
+	raft   *raft.Raft
+	fsm    *fsm.FSM
+	disk   *diskWatch
+	wait   func(raft.Future) error
+	dir    string // the data directory, for the restore's temp file
+	logger hclog.Logger
+}
+
+// onLeader hands a checked backup to Raft, which installs it on
 // every node, with the cluster's member table in place of the backup's
 // and request id (of fingerprint fp) remembered in it. An id the cluster
 // remembers answers as the first restore under it did, restoring nothing;
@@ -234,11 +248,11 @@ func lostLead(err error) bool {
 // index, so revisions stay increasing across the restore. maybe reports
 // that the restore may have been applied although err is set: it reached
 // raft.Restore.
-func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) (maybe bool, err error) {
+func (r *restorer) onLeader(b *fsm.Backup, id string, fp uint64) (maybe bool, err error) {
 	// One restore at a time, so that two under one ID cannot both find it
 	// unknown.
-	n.restoreMu.Lock()
-	defer n.restoreMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	// The member table and the request IDs must be the cluster's latest:
 	// an empty entry, applied, makes the state machine apply everything
 	// committed before it is read. (Not raft.Barrier: a barrier that ends
@@ -247,45 +261,45 @@ func (n *Node) restoreOnLeader(b *fsm.Backup, id string, fp uint64) (maybe bool,
 	// term read before it names the leadership the lookup holds for: had
 	// the term moved by raft.Restore, another leader could have restored
 	// under the ID meanwhile.
-	term := n.raft.CurrentTerm()
-	if err := n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
+	term := r.raft.CurrentTerm()
+	if err := r.wait(r.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
 		return false, fmt.Errorf("restore: %w", err)
 	}
-	if prev, ok := n.fsm.RequestFingerprint(id); ok {
+	if prev, ok := r.fsm.RequestFingerprint(id); ok {
 		if prev != fp {
 			return false, &fsm.Error{Code: fsm.CodeIdempotencyKeyReused, Op: -1,
 				Message: fmt.Sprintf("request ID %q was used before for a different request", id)}
 		}
-		n.logger.Info("restore already applied under this request ID; not restoring again", "request_id", id)
+		r.logger.Info("restore already applied under this request ID; not restoring again", "request_id", id)
 		return false, nil
 	}
-	if e := n.disk.lowError(); e != nil {
+	if e := r.disk.lowError(); e != nil {
 		return false, e
 	}
-	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
+	f, err := os.CreateTemp(r.dir, "restore-*.tmp")
 	if err != nil {
 		return false, fmt.Errorf("restore: %w", err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := b.Remember(id, fp).Write(f, n.fsm.Members(), n.fsm.ClusterID(), n.fsm.FeatureLevel()); err != nil {
+	if err := b.Remember(id, fp).Write(f, r.fsm.Members(), r.fsm.ClusterID(), r.fsm.FeatureLevel()); err != nil {
 		return false, fmt.Errorf("restore: %w", err)
 	}
 	size, err := f.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return false, fmt.Errorf("restore: %w", err)
 	}
-	if now := n.raft.CurrentTerm(); now != term {
+	if now := r.raft.CurrentTerm(); now != term {
 		return false, fmt.Errorf("restore: %w: the term moved from %d to %d", raft.ErrLeadershipLost, term, now)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: b.Index(), Size: size}
-	if err := n.raft.Restore(meta, io.NewSectionReader(f, 0, size), time.Minute); err != nil {
+	if err := r.raft.Restore(meta, io.NewSectionReader(f, 0, size), time.Minute); err != nil {
 		return true, fmt.Errorf("restore: %w", err)
 	}
 	// The backup's header carries the index of the cluster it came from.
 	// An empty entry makes the state machine's applied index this log's
 	// again, which linearizable reads wait on.
-	if err := n.wait(n.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
+	if err := r.wait(r.raft.Apply(fsm.EncodeBatch(nil), 0)); err != nil {
 		return true, fmt.Errorf("restore: %w", err)
 	}
 	return false, nil
