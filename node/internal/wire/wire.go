@@ -1,7 +1,3 @@
-// Package wire holds the message types of a node's internal forwarding
-// RPC (net/rpc with gob over the Raft port): what a follower sends the
-// leader and what comes back. net/rpc needs them exported; keeping them
-// here keeps them out of package node's API.
 package wire
 
 import (
