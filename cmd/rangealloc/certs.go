@@ -172,75 +172,19 @@ func runCertsInit(w io.Writer, g *globals, f *certsInitFlags) error {
 	if f.days <= 0 || f.days > maxNodeDays {
 		return fmt.Errorf("--days %d: want 1 to %d", f.days, maxNodeDays)
 	}
-	var nodes []nodeSpec
-	seen := map[string]bool{}
-	for _, v := range f.nodes {
-		n, err := parseNodeFlag(v)
-		if err != nil {
-			return err
-		}
-		if seen[strings.ToLower(n.id)] {
-			return fmt.Errorf("--node %q: node %s is given twice", v, n.id)
-		}
-		seen[strings.ToLower(n.id)] = true
-		nodes = append(nodes, n)
+	nodes, err := parseNodeFlags(f.nodes)
+	if err != nil {
+		return err
 	}
-
 	caCrt, caKey := filepath.Join(f.dir, "ca.crt"), filepath.Join(f.dir, "ca.key")
-	haveCrt, err := exists(caCrt)
+	haveCA, err := checkCertFiles(f, caCrt, caKey, nodes)
 	if err != nil {
 		return err
 	}
-	haveKey, err := exists(caKey)
+	rep := certsReport{Dir: f.dir, CA: caCrt, CAReused: haveCA}
+	ca, todo, err := openCA(caCrt, caKey, haveCA, &rep)
 	if err != nil {
 		return err
-	}
-	switch {
-	case haveCrt != haveKey:
-		have, lack := caCrt, caKey
-		if haveKey {
-			have, lack = caKey, caCrt
-		}
-		return fmt.Errorf("%s exists but %s does not: both are needed to issue certificates from that CA "+
-			"(restore %s, or move %s away to make a new CA, which existing certificates will not chain to)", have, lack, lack, have)
-	case haveCrt && len(nodes) == 0:
-		return fmt.Errorf("--node: none given, and the CA in %s exists: nothing to write", f.dir)
-	}
-	var todo []pending
-	for _, n := range nodes {
-		for _, p := range []string{filepath.Join(f.dir, n.id+".crt"), filepath.Join(f.dir, n.id+".key")} {
-			found, err := exists(p)
-			if err != nil {
-				return err
-			}
-			if found && !f.force {
-				return fmt.Errorf("refusing to overwrite %s (node %s): it exists; give --force to replace it", p, n.id)
-			}
-		}
-	}
-
-	rep := certsReport{Dir: f.dir, CA: caCrt, CAReused: haveCrt}
-	var ca *certs.CA
-	if haveCrt {
-		if ca, err = certs.LoadCA(caCrt, caKey); err != nil {
-			return err
-		}
-		c := ca.Certificate()
-		rep.caNote = fmt.Sprintf("%q, expires %s", c.Subject.CommonName, c.NotAfter.UTC().Format("2006-01-02"))
-	} else {
-		now := time.Now()
-		name := "rangealloc CA " + now.UTC().Format("2006-01-02T15:04:05Z")
-		if ca, err = certs.NewCA(name, now.AddDate(caValidityYears, 0, 0).Sub(now)); err != nil {
-			return err
-		}
-		key, err := ca.KeyPEM()
-		if err != nil {
-			return err
-		}
-		todo = append(todo,
-			pending{writtenFile{Path: caKey, Kind: "key", Mode: "0600", note: "CA key"}, key, 0o600},
-			pending{writtenFile{Path: caCrt, Kind: "certificate", Mode: "0644", Until: ca.Certificate().NotAfter,
-				note: fmt.Sprintf("CA %q", name)}, ca.CertPEM(), 0o644})
 	}
 	for _, n := range nodes {
 		certPEM, keyPEM, err := ca.Issue(n.id, n.hosts, time.Duration(f.days)*24*time.Hour)
@@ -272,6 +216,90 @@ func runCertsInit(w io.Writer, g *globals, f *certsInitFlags) error {
 		err = perr
 	}
 	return err
+}
+
+// parseNodeFlags parses the --node values, refusing a node given twice.
+func parseNodeFlags(values []string) ([]nodeSpec, error) {
+	var nodes []nodeSpec
+	seen := map[string]bool{}
+	for _, v := range values {
+		n, err := parseNodeFlag(v)
+		if err != nil {
+			return nil, err
+		}
+		if seen[strings.ToLower(n.id)] {
+			return nil, fmt.Errorf("--node %q: node %s is given twice", v, n.id)
+		}
+		seen[strings.ToLower(n.id)] = true
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// checkCertFiles looks at what --dir holds before anything is written:
+// the CA's two files, both or neither, and no node's files unless
+// --force. It reports whether the CA exists.
+func checkCertFiles(f *certsInitFlags, caCrt, caKey string, nodes []nodeSpec) (haveCA bool, err error) {
+	haveCrt, err := exists(caCrt)
+	if err != nil {
+		return false, err
+	}
+	haveKey, err := exists(caKey)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case haveCrt != haveKey:
+		have, lack := caCrt, caKey
+		if haveKey {
+			have, lack = caKey, caCrt
+		}
+		return false, fmt.Errorf("%s exists but %s does not: both are needed to issue certificates from that CA "+
+			"(restore %s, or move %s away to make a new CA, which existing certificates will not chain to)", have, lack, lack, have)
+	case haveCrt && len(nodes) == 0:
+		return false, fmt.Errorf("--node: none given, and the CA in %s exists: nothing to write", f.dir)
+	}
+	for _, n := range nodes {
+		for _, p := range []string{filepath.Join(f.dir, n.id+".crt"), filepath.Join(f.dir, n.id+".key")} {
+			found, err := exists(p)
+			if err != nil {
+				return false, err
+			}
+			if found && !f.force {
+				return false, fmt.Errorf("refusing to overwrite %s (node %s): it exists; give --force to replace it", p, n.id)
+			}
+		}
+	}
+	return haveCrt, nil
+}
+
+// openCA loads the CA of --dir when it exists, or makes a new one, whose
+// two files are the first to write (todo). It notes the CA in rep.
+func openCA(caCrt, caKey string, have bool, rep *certsReport) (*certs.CA, []pending, error) {
+	if have {
+		ca, err := certs.LoadCA(caCrt, caKey)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := ca.Certificate()
+		rep.caNote = fmt.Sprintf("%q, expires %s", c.Subject.CommonName, c.NotAfter.UTC().Format("2006-01-02"))
+		return ca, nil, nil
+	}
+	now := time.Now()
+	name := "rangealloc CA " + now.UTC().Format("2006-01-02T15:04:05Z")
+	ca, err := certs.NewCA(name, now.AddDate(caValidityYears, 0, 0).Sub(now))
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ca, []pending{
+		{writtenFile{Path: caKey, Kind: "key", Mode: "0600", note: "CA key"}, key, 0o600},
+		{writtenFile{Path: caCrt, Kind: "certificate", Mode: "0644", Until: ca.Certificate().NotAfter,
+			note: fmt.Sprintf("CA %q", name)}, ca.CertPEM(), 0o644},
+	}, nil
 }
 
 // certsTable prints one line per file written, then the flags that use them.
