@@ -149,7 +149,7 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) error {
 			return err
 		}
 	}
-	return n.onLeader(ctx, wire.MethodFinalizeUpgrade, 0, nil, func() error {
+	return n.onLeader(ctx, wire.MethodFinalizeUpgrade, 0, "", func() error {
 		_, err := n.levels.raise(ctx)
 		return err
 	})

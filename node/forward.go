@@ -327,7 +327,8 @@ func (s *rpcService) Join(m fsm.Member, reply *wire.JoinReply) error {
 	if s.n.IsLeader() {
 		reply.Err = toWireErr(s.n.members.add(ctx, m))
 	} else if addr, _ := s.n.raft.LeaderWithID(); addr != "" {
-		reply.Err = toWireErr(s.n.fwd.Cluster(ctx, string(addr), wire.MethodAddMember, m))
+		_, err := s.n.fwd.Cluster(ctx, string(addr), wire.MethodAddMember, m)
+		reply.Err = toWireErr(err)
 	} else {
 		reply.Err = &wireErr{NotLeader: true, Msg: "no leader known"}
 	}

@@ -116,7 +116,7 @@ func (n *Node) AddMember(ctx context.Context, m fsm.Member) error {
 			return err
 		}
 	}
-	return n.onLeader(ctx, wire.MethodAddMember, m, nil, func() error { return n.members.add(ctx, m) })
+	return n.onLeader(ctx, wire.MethodAddMember, m, "", func() error { return n.members.add(ctx, m) })
 }
 
 // RemoveMember removes a member from the member table and the Raft
@@ -133,7 +133,7 @@ func (n *Node) RemoveMember(ctx context.Context, id, requestID string) error {
 		requestID = drawRequestID()
 	}
 	args := &removeArgs{ID: id, RequestID: requestID}
-	return n.onLeader(ctx, wire.MethodRemoveMemberRequest, args, nil, func() error { return n.members.remove(ctx, id, requestID) })
+	return n.onLeader(ctx, wire.MethodRemoveMemberRequest, args, requestID, func() error { return n.members.remove(ctx, id, requestID) })
 }
 
 // memberChanges adds and removes members on the leader: the checks a
@@ -332,7 +332,7 @@ func (c *memberChanges) removeRow(ctx context.Context, req *fsm.Request) error {
 // TransferLeadership hands leadership to the member id, or to the most
 // up-to-date follower when id is "".
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	return n.onLeader(ctx, wire.MethodTransfer, id, nil, func() error {
+	return n.onLeader(ctx, wire.MethodTransfer, id, "", func() error {
 		if id == n.id {
 			return nil // it leads already
 		}
@@ -368,19 +368,26 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 
 // onLeader runs fn when this node leads, or calls the leader's RPC method
 // with args; it retries while there is no leader, until ctx ends. These
-// calls are idempotent, so a retry after an unknown outcome is safe.
-func (n *Node) onLeader(ctx context.Context, method wire.Method, args, reply any, fn func() error) error {
+// calls are idempotent, so a retry after an unknown outcome is safe. A
+// call under a request ID (id, a member removal) that ends while an
+// attempt may have been applied returns an UnknownOutcomeError naming
+// it; the others say only that no leader answered in time.
+func (n *Node) onLeader(ctx context.Context, method wire.Method, args any, id string, fn func() error) error {
 	_, err := route(ctx, n, call[struct{}]{
 		name: string(method),
+		id:   id,
 		local: func(context.Context) (struct{}, bool, error) {
 			err := fn()
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				err = fmt.Errorf("%w: %v", ErrNotLeader, err)
 			}
-			return struct{}{}, false, err
+			// Failed part way (a row written, its server not removed):
+			// a refusal, though, comes before anything is written.
+			return struct{}{}, id != "" && err != nil, err
 		},
 		remote: func(ctx context.Context, addr string) (struct{}, bool, error) {
-			return struct{}{}, false, n.fwd.Cluster(ctx, addr, method, args)
+			maybe, err := n.fwd.Cluster(ctx, addr, method, args)
+			return struct{}{}, id != "" && maybe, err
 		},
 	})
 	return err

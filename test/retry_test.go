@@ -217,3 +217,85 @@ func TestNoLeaderAnswerMeansNotApplied(t *testing.T) {
 	t.Logf("%d calls answered NoLeader", len(noLeader))
 	require.Empty(t, applied, "calls answered NoLeader (nothing applied) whose write was applied")
 }
+
+// TestRemoveMemberAnswerLost: a follower forwards a member removal, the
+// leader removes the member, and every answer is lost until the call's
+// deadline. The call ends as an unknown outcome that names the request ID
+// the node drew (503 Unavailable over the API), not as "no leader": the
+// removal may have happened. Retried under that ID once answers arrive,
+// it answers success, as the removal did, and not MemberNotFound.
+func TestRemoveMemberAnswerLost(t *testing.T) {
+	t.Parallel()
+	var lost everyReplyLost
+	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
+		cfg.DialRPC = lost.wrap(cfg.DialRPC)
+	}})
+	l := waitPools(t, c)
+	var caller, gone *cluster.Member
+	for _, m := range c.Live() {
+		switch {
+		case m == l:
+		case caller == nil:
+			caller = m
+		default:
+			gone = m
+		}
+	}
+	lost.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := caller.Node.RemoveMember(ctx, gone.ID, "")
+	cancel()
+	lost.armed.Store(false)
+	require.Positive(t, lost.lost.Load(), "answers were lost")
+	var ue *node.UnknownOutcomeError
+	require.ErrorAs(t, err, &ue, "the removal may have happened: %v", err)
+	assert.True(t, fsm.IsDrawnRequestID(ue.RequestID), "the error names the ID the node drew: %q", ue.RequestID)
+
+	ctx = ctxT(t, 20*time.Second)
+	require.NoError(t, caller.Node.RemoveMember(ctx, gone.ID, ue.RequestID), "the retry answers as the removal did")
+	st, err := l.Node.Cluster()
+	require.NoError(t, err)
+	for _, m := range st.Members {
+		assert.NotEqual(t, gone.ID, m.ID, "the member was removed")
+	}
+	c.Kill(gone.Index) // out of the cluster, it hears of no entry the others apply
+}
+
+// everyReplyLost breaks a forwarding connection as each answer arrives,
+// while armed. The transport's hello, which the dialer reads first (two
+// bytes, then the cluster ID they announce), passes.
+type everyReplyLost struct {
+	armed atomic.Bool
+	lost  atomic.Int32
+}
+
+func (g *everyReplyLost) wrap(dial func(string, time.Duration) (net.Conn, error)) func(string, time.Duration) (net.Conn, error) {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		conn, err := dial(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyEveryConn{Conn: conn, g: g}, nil
+	}
+}
+
+type lossyEveryConn struct {
+	net.Conn
+	g     *everyReplyLost
+	hello []byte // what was read of the hello
+}
+
+func (c *lossyEveryConn) Read(p []byte) (int, error) {
+	if len(c.hello) < 2 || len(c.hello) < 2+int(c.hello[1]) {
+		n, err := c.Conn.Read(p) // the hello is read with buffers of its exact size
+		c.hello = append(c.hello, p[:n]...)
+		return n, err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.g.armed.Load() {
+		c.g.lost.Add(1)
+		c.Conn.Close()
+		return 0, errors.New("the test broke the connection as the answer arrived")
+	}
+	return n, err
+}

@@ -147,10 +147,12 @@ func (c *Client) Read(ctx context.Context, addr string, args *wire.ReadArgs) (*w
 
 // Cluster runs a cluster call (one answered with wire.CallReply: adding,
 // removing, a leadership transfer, a feature level raise) on the leader
-// at addr.
-func (c *Client) Cluster(ctx context.Context, addr string, method wire.Method, args any) error {
+// at addr; maybe reports whether it may have been applied though err is
+// set: it was sent and no answer came, or the leader did not know.
+func (c *Client) Cluster(ctx context.Context, addr string, method wire.Method, args any) (maybe bool, err error) {
 	var reply wire.CallReply
-	if _, err := c.leaders.call(ctx, addr, method, args, &reply, nil); err != nil {
+	sent, err := c.leaders.call(ctx, addr, method, args, &reply, nil)
+	if err != nil {
 		if e := olderLeader(addr, method, err); e != nil {
 			if a, ok := args.(*wire.RemoveMemberArgs); ok && fsm.IsDrawnRequestID(a.RequestID) {
 				// A leader of a release before member removals carried
@@ -159,11 +161,12 @@ func (c *Client) Cluster(ctx context.Context, addr string, method wire.Method, a
 				// promised and then not kept.
 				return c.Cluster(ctx, addr, wire.MethodRemoveMember, a.ID)
 			}
-			return e
+			return false, e
 		}
-		return fmt.Errorf("forward to leader %s: %w", addr, err)
+		return sent, fmt.Errorf("forward to leader %s: %w", addr, err)
 	}
-	return FromWire(reply.Err)
+	err = FromWire(reply.Err)
+	return errors.Is(err, nodeerr.ErrUnknownOutcome), err
 }
 
 // Restore runs a restore on the leader at addr; maybe reports whether it

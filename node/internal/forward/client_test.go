@@ -53,13 +53,16 @@ func TestRemoveMemberOlderLeader(t *testing.T) {
 	drawn := &wire.RemoveMemberArgs{ID: "n4", RequestID: fsm.DrawnRequestPrefix + "00000000-0000-4000-8000-000000000000"}
 
 	addr, _ := serveFake(t, "", newMemberLeader{memberLeader{got}})
-	require.NoError(t, c.Cluster(ctx, addr, wire.MethodRemoveMemberRequest, keyed))
+	_, err := c.Cluster(ctx, addr, wire.MethodRemoveMemberRequest, keyed)
+	require.NoError(t, err)
 	assert.Equal(t, *keyed, <-got)
 
 	old, _ := serveFake(t, "", memberLeader{got})
-	err := c.Cluster(ctx, old, wire.MethodRemoveMemberRequest, keyed)
+	maybe, err := c.Cluster(ctx, old, wire.MethodRemoveMemberRequest, keyed)
 	require.ErrorIs(t, err, &fsm.Error{Code: fsm.CodeVersionMismatch})
+	assert.False(t, maybe, "a refusal: nothing was applied")
 	assert.Empty(t, got, "nothing removed")
-	require.NoError(t, c.Cluster(ctx, old, wire.MethodRemoveMemberRequest, drawn))
+	_, err = c.Cluster(ctx, old, wire.MethodRemoveMemberRequest, drawn)
+	require.NoError(t, err)
 	assert.Equal(t, "n4", <-got, "the older leader removes the member")
 }
