@@ -116,7 +116,12 @@ func proposedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node.
 // lostReplies breaks a follower's forwarding connection when it is armed
 // and the next bytes from the leader arrive: the leader applied the
 // request, and the caller never hears its answer.
+// lostReplies breaks a forwarding connection as an answer arrives, while
+// armed: the first answer only (disarming), or with every each. The
+// transport's hello, which the dialer reads first (two bytes, then the
+// cluster ID they announce), passes.
 type lostReplies struct {
+	every bool
 	armed atomic.Bool
 	lost  atomic.Int32
 }
@@ -133,17 +138,30 @@ func (g *lostReplies) wrap(dial func(string, time.Duration) (net.Conn, error)) f
 
 type lossyConn struct {
 	net.Conn
-	g *lostReplies
+	g     *lostReplies
+	hello []byte // what was read of the hello
 }
 
 func (c *lossyConn) Read(p []byte) (int, error) {
+	if len(c.hello) < 2 || len(c.hello) < 2+int(c.hello[1]) {
+		n, err := c.Conn.Read(p) // the hello is read with buffers of its exact size
+		c.hello = append(c.hello, p[:n]...)
+		return n, err
+	}
 	n, err := c.Conn.Read(p)
-	if n > 0 && c.g.armed.CompareAndSwap(true, false) {
+	if n > 0 && c.lose() {
 		c.g.lost.Add(1)
 		c.Conn.Close()
 		return 0, errors.New("the test broke the connection as the answer arrived")
 	}
 	return n, err
+}
+
+func (c *lossyConn) lose() bool {
+	if c.g.every {
+		return c.g.armed.Load()
+	}
+	return c.g.armed.CompareAndSwap(true, false)
 }
 
 func raftAddr(m *cluster.Member) raft.ServerAddress { return raft.ServerAddress(m.Addr) }
@@ -226,7 +244,7 @@ func TestNoLeaderAnswerMeansNotApplied(t *testing.T) {
 // it answers success, as the removal did, and not MemberNotFound.
 func TestRemoveMemberAnswerLost(t *testing.T) {
 	t.Parallel()
-	var lost everyReplyLost
+	lost := lostReplies{every: true}
 	c := cluster.New(t, 3, cluster.Options{Pools: testPools, Tune: func(cfg *node.Config) {
 		cfg.DialRPC = lost.wrap(cfg.DialRPC)
 	}})
@@ -259,43 +277,4 @@ func TestRemoveMemberAnswerLost(t *testing.T) {
 		assert.NotEqual(t, gone.ID, m.ID, "the member was removed")
 	}
 	c.Kill(gone.Index) // out of the cluster, it hears of no entry the others apply
-}
-
-// everyReplyLost breaks a forwarding connection as each answer arrives,
-// while armed. The transport's hello, which the dialer reads first (two
-// bytes, then the cluster ID they announce), passes.
-type everyReplyLost struct {
-	armed atomic.Bool
-	lost  atomic.Int32
-}
-
-func (g *everyReplyLost) wrap(dial func(string, time.Duration) (net.Conn, error)) func(string, time.Duration) (net.Conn, error) {
-	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		conn, err := dial(addr, timeout)
-		if err != nil {
-			return nil, err
-		}
-		return &lossyEveryConn{Conn: conn, g: g}, nil
-	}
-}
-
-type lossyEveryConn struct {
-	net.Conn
-	g     *everyReplyLost
-	hello []byte // what was read of the hello
-}
-
-func (c *lossyEveryConn) Read(p []byte) (int, error) {
-	if len(c.hello) < 2 || len(c.hello) < 2+int(c.hello[1]) {
-		n, err := c.Conn.Read(p) // the hello is read with buffers of its exact size
-		c.hello = append(c.hello, p[:n]...)
-		return n, err
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 && c.g.armed.Load() {
-		c.g.lost.Add(1)
-		c.Conn.Close()
-		return 0, errors.New("the test broke the connection as the answer arrived")
-	}
-	return n, err
 }
