@@ -113,11 +113,9 @@ func proposedAnswerLost(t *testing.T, ctx context.Context, owner string) (*node.
 	return nl.Node, got.a
 }
 
-// lostReplies breaks a follower's forwarding connection when it is armed
-// and the next bytes from the leader arrive: the leader applied the
-// request, and the caller never hears its answer.
 // lostReplies breaks a forwarding connection as an answer arrives, while
-// armed: the first answer only (disarming), or with every each. The
+// armed: the leader applied the request, and the caller never hears its
+// answer. It loses the first answer only (disarming), or every answer. The
 // transport's hello, which the dialer reads first (two bytes, then the
 // cluster ID they announce), passes.
 type lostReplies struct {

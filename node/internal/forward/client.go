@@ -158,8 +158,11 @@ func (c *Client) Cluster(ctx context.Context, addr string, method wire.Method, a
 				// A leader of a release before member removals carried
 				// request IDs removes the member as it always did. Only an
 				// ID this node drew may be dropped: a caller's would be
-				// promised and then not kept.
-				return c.Cluster(ctx, addr, wire.MethodRemoveMember, a.ID)
+				// promised and then not kept. That leader keeps no ID, so
+				// a lost answer is never called a maybe: a retry under the
+				// ID could not find it.
+				_, err := c.Cluster(ctx, addr, wire.MethodRemoveMember, a.ID)
+				return false, err
 			}
 			return false, e
 		}
