@@ -58,10 +58,6 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return &Node{n: n, log: nc.Logger.Named("api")}, nil
 }
 
-// minCleanupDeadAfter is the shortest Advanced.CleanupDeadAfter, as the
-// server's --cleanup-dead-after.
-const minCleanupDeadAfter = 10 * time.Second
-
 // node turns the public config into the node's, and checks what only the
 // public config can get wrong.
 func (cfg Config) node() (node.Config, error) {
@@ -132,9 +128,9 @@ func (cfg Config) node() (node.Config, error) {
 		nc.BackupRetain = a.BackupRetain
 	}
 	nc.Nonvoter, nc.BackupDir, nc.RestoreFrom = a.Nonvoter, a.BackupDir, a.RestoreFrom
-	if a.CleanupDeadAfter < 0 || (a.CleanupDeadAfter > 0 && a.CleanupDeadAfter < minCleanupDeadAfter) {
+	if a.CleanupDeadAfter < 0 || (a.CleanupDeadAfter > 0 && a.CleanupDeadAfter < node.MinCleanupDeadAfter) {
 		return nc, fmt.Errorf("Advanced.CleanupDeadAfter is %v: want 0 (never) or at least %v, well beyond a restart, "+
-			"or a member restarting or cut off for a moment is removed", a.CleanupDeadAfter, minCleanupDeadAfter)
+			"or a member restarting or cut off for a moment is removed", a.CleanupDeadAfter, node.MinCleanupDeadAfter)
 	}
 	nc.CleanupDeadAfter, nc.FoundEmpty = a.CleanupDeadAfter, a.FoundEmpty
 	return nc, nil

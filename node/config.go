@@ -29,6 +29,12 @@ type PoolSpec struct {
 	Range string
 }
 
+// MinCleanupDeadAfter is the shortest CleanupDeadAfter the server
+// (--cleanup-dead-after) and the embedding package accept: well beyond a
+// restart, or a member restarting or cut off for a moment is removed.
+// Tests of package node may set less.
+const MinCleanupDeadAfter = 10 * time.Second
+
 // Config configures a node. Open validates it with Validate.
 type Config struct {
 	// ID is the node's Raft server ID. Empty: read from DataDir/node-id, or
@@ -76,7 +82,8 @@ type Config struct {
 	Nonvoter bool
 	// CleanupDeadAfter, when positive, makes the leader remove a member it
 	// has not reached for this long, never taking the voters below three
-	// (health.go). 0: dead members stay until removed by hand.
+	// (health.go). 0: dead members stay until removed by hand. The server
+	// and the embedding package refuse less than MinCleanupDeadAfter.
 	CleanupDeadAfter time.Duration
 	// Pools are created when this node bootstraps a new cluster (no state,
 	// and no Join): the first leader creates them.

@@ -96,3 +96,18 @@ func TestSecurityLoadNamesTheFile(t *testing.T) {
 		})
 	}
 }
+
+// TestServerRefusesShortCleanup: --cleanup-dead-after below
+// node.MinCleanupDeadAfter (or negative) is refused before the node
+// opens, and writes nothing into the data dir.
+func TestServerRefusesShortCleanup(t *testing.T) {
+	for _, d := range []string{"-1s", "1s", "9s"} {
+		t.Run(d, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			_, err := runCLI(t, "server", "--data-dir", dir, "--cleanup-dead-after", d)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "--cleanup-dead-after "+d+": want 0 (never) or at least 10s")
+			assert.NoDirExists(t, dir, "nothing written on bad input")
+		})
+	}
+}

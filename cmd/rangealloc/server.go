@@ -286,8 +286,8 @@ func (f *serverFlags) nodeConfig(sec *security, logger hclog.Logger, peers []nod
 	if cfg.Nonvoter && f.join == "" {
 		return cfg, fmt.Errorf("--non-voter: only a node that joins with --join can stay a non-voter")
 	}
-	if cfg.CleanupDeadAfter < 0 || (cfg.CleanupDeadAfter > 0 && cfg.CleanupDeadAfter < 10*time.Second) {
-		return cfg, fmt.Errorf("--cleanup-dead-after %s: want 0 (never) or at least 10s, well beyond a restart", cfg.CleanupDeadAfter)
+	if cfg.CleanupDeadAfter < 0 || (cfg.CleanupDeadAfter > 0 && cfg.CleanupDeadAfter < node.MinCleanupDeadAfter) {
+		return cfg, fmt.Errorf("--cleanup-dead-after %s: want 0 (never) or at least %v, well beyond a restart", cfg.CleanupDeadAfter, node.MinCleanupDeadAfter)
 	}
 	if f.join != "" {
 		// The member's API is asked with --cacert/--cert/--key, or else
